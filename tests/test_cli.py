@@ -1,0 +1,65 @@
+"""The triton-nb command: train, generate, demo, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+
+from triton_nb.cli import main
+from triton_nb.fraud import TABFORMER_COLUMNS, TrainedFraudModel, load_tabformer_csv
+
+
+def test_train_writes_model_encoders_and_metrics(tmp_path, capsys):
+    out = tmp_path / "model"
+    assert main(["train", "--rows", "6000", "--rounds", "20", "--out", str(out), "--fraud-rate", "0.05"]) == 0
+    printed = capsys.readouterr().out
+    assert "AUC-PR" in printed
+    for name in ("xgboost.json", "xgboost.ubj", "label_encoders.pkl", "label_encoders.json", "metrics.json"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "metrics.json").read_text())
+    assert 0.0 < summary["metrics"]["aucpr"] <= 1.0
+    assert summary["num_trees"] <= 20
+    assert TrainedFraudModel.load(out).predict_proba(
+        load_tabformer_csv(_csv(tmp_path)).head(3)
+    ).shape == (3,)
+
+
+def _csv(tmp_path):
+    path = tmp_path / "tx.csv"
+    assert main(["generate", "--rows", "3000", "--out", str(path), "--fraud-rate", "0.05"]) == 0
+    return path
+
+
+def test_generate_then_train_on_the_csv(tmp_path, capsys):
+    path = _csv(tmp_path)
+    header = path.read_text(encoding="utf-8").splitlines()[0]
+    assert header.split(",")[:3] == list(TABFORMER_COLUMNS[:3])
+    assert len(pd.read_csv(path)) == 3000
+    out = tmp_path / "m"
+    assert main(["train", "--csv", str(path), "--rows", "2500", "--rounds", "5", "--out", str(out)]) == 0
+    assert "2,500 rows" in capsys.readouterr().out
+
+
+def test_user_errors_are_one_line_without_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_nb.cli", "train", "--csv", str(tmp_path / "missing.csv"),
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "missing.csv" in result.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "triton_nb.cli", "train", "--rows", "-5", "--out", str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert bad.returncode == 2 and "--rows" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_demo_runs_as_far_as_the_project_goes(tmp_path, capsys):
+    assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(tmp_path / "demo")]) == 0
+    assert "demo finished" in capsys.readouterr().out
+    assert (tmp_path / "demo" / "model" / "xgboost.json").is_file()

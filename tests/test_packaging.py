@@ -1,0 +1,67 @@
+"""Packaging facts: public API, optional imports, environment.yml, README commands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+import triton_nb
+import triton_nb._optional
+from triton_nb._optional import optional_module, require_module
+from triton_nb.errors import MissingDependencyError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].strip().lower()
+
+
+def test_every_core_dependency_is_in_environment_yml():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    environment = (ROOT / "environment.yml").read_text()
+    listed = {
+        _requirement_name(line.strip().lstrip("- ").strip())
+        for line in environment.splitlines()
+        if line.strip().startswith("- ") and not line.strip().startswith("# ")
+    }
+    missing = [dep for dep in map(_requirement_name, project["dependencies"]) if dep not in listed]
+    assert not missing, f"environment.yml lacks core dependencies: {missing}"
+    assert "gpu" in project["optional-dependencies"] and "dev" in project["optional-dependencies"]
+
+
+def test_public_api_is_explicit():
+    for module in (triton_nb, triton_nb.fraud):
+        assert module.__all__, module.__name__
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_import_does_not_touch_gpu_libraries():
+    code = (
+        "import sys, triton_nb, triton_nb.fraud, triton_nb.cli\n"
+        "gpu = [m for m in ('cudf', 'cuml', 'cupy', 'onnxruntime') if m in sys.modules]\n"
+        "assert not gpu, gpu\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_optional_dependency_names_the_extra(monkeypatch):
+    assert optional_module("definitely_not_a_module_xyz") is None
+    monkeypatch.setitem(triton_nb._optional._EXTRAS, "definitely_not_a_module_xyz", "gpu")
+    with pytest.raises(MissingDependencyError, match=r"GPU preprocessing.*pip install 'triton-nb\[gpu\]'"):
+        require_module("definitely_not_a_module_xyz", "GPU preprocessing")
+
+
+def test_readme_has_the_two_commands_and_ci_calls_the_test_one():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^make (demo|test)$", readme, flags=re.MULTILINE)
+    assert set(commands) == {"demo", "test"}
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "triton-nb demo" in makefile

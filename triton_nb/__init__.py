@@ -1,0 +1,28 @@
+"""triton_nb: train, export and serve tabular models the way NVIDIA Triton does, from a notebook.
+
+The public API is what ``__all__`` lists; everything else is private implementation.
+"""
+
+from triton_nb import errors, fraud
+from triton_nb.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    NotFoundError,
+    TritonNBError,
+    UnavailableError,
+    UnsafeFileError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidArgumentError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "TritonNBError",
+    "UnavailableError",
+    "UnsafeFileError",
+    "__version__",
+    "errors",
+    "fraud",
+]

@@ -1,0 +1,139 @@
+"""The ``triton-nb`` command.
+
+Sub-commands:
+
+* ``demo``     — the main job, headless: generate data, train, and write the artefacts;
+* ``generate`` — write synthetic TabFormer transactions as CSV;
+* ``train``    — train the fraud model on synthetic data or a real TabFormer CSV.
+
+User mistakes end with a one-line message on stderr and exit status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from triton_nb.errors import TritonNBError
+
+__all__ = ["main"]
+
+DEMO_ROWS = 200_000
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {value}")
+    return value
+
+
+def _add_training_options(parser: argparse.ArgumentParser, default_rows: int) -> None:
+    parser.add_argument("--rows", type=_positive_int, default=default_rows,
+                        help=f"rows to generate, or to read from --csv (default {default_rows:,})")
+    parser.add_argument("--csv", type=Path, default=None,
+                        help="train on a real TabFormer CSV (card_transaction.v1.csv) instead of synthetic data")
+    parser.add_argument("--rounds", type=_positive_int, default=None,
+                        help="maximum boosting rounds (early stopping may end sooner)")
+    parser.add_argument("--fraud-rate", type=_fraction, default=0.02, help="fraud rate of generated data")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for data, split and training")
+    parser.add_argument("--device", default="auto", help="auto (GPU when XGBoost sees one), cpu or cuda")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="triton-nb", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the whole worked example headless")
+    demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), help="report folder")
+    _add_training_options(demo, DEMO_ROWS)
+
+    generate = commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV")
+    generate.add_argument("--rows", type=_positive_int, required=True)
+    generate.add_argument("--out", type=Path, required=True, help="CSV file to write")
+    generate.add_argument("--fraud-rate", type=_fraction, default=0.02)
+    generate.add_argument("--seed", type=int, default=0)
+
+    train = commands.add_parser("train", help="train the fraud model and save it")
+    train.add_argument("--out", type=Path, required=True,
+                       help="folder for xgboost.json/.ubj, label_encoders.pkl/.json and metrics.json")
+    _add_training_options(train, DEMO_ROWS)
+    return parser
+
+
+def _load_frame(args: argparse.Namespace):
+    from triton_nb import fraud
+
+    if args.csv is not None:
+        print(f"reading {args.rows:,} rows of {args.csv}")
+        return fraud.load_tabformer_csv(args.csv, nrows=args.rows)
+    print(f"generating {args.rows:,} synthetic transactions (fraud rate {args.fraud_rate:g}, seed {args.seed})")
+    return fraud.generate_transactions(args.rows, seed=args.seed, fraud_rate=args.fraud_rate)
+
+
+def _train(args: argparse.Namespace, out: Path) -> None:
+    from triton_nb import fraud
+
+    frame = _load_frame(args)
+    started = time.perf_counter()
+    options = {} if args.rounds is None else {"num_boost_round": args.rounds}
+    model = fraud.train_fraud_model(frame, device=args.device, seed=args.seed, **options)
+    seconds = time.perf_counter() - started
+    paths = model.save(out)
+    metrics = model.evaluation["value"]
+    print(f"trained {model.best_iteration + 1} trees on {len(frame):,} rows in {seconds:.1f} s "
+          f"(device {model.params['device']})")
+    print(f"validation: AUC-PR {metrics['aucpr']:.4f}  ROC-AUC {metrics['roc_auc']:.4f}  "
+          f"precision {metrics['precision']:.3f}  recall {metrics['recall']:.3f}  F1 {metrics['f1']:.3f}")
+    for name in ("xgboost_json", "xgboost_ubj", "encoders_pkl", "encoders_json", "metrics"):
+        print(f"  wrote {paths[name]}")
+
+
+def _demo(args: argparse.Namespace) -> None:
+    out: Path = args.out
+    print(f"triton-nb demo -> {out}/")
+    _train(args, out / "model")
+    print("demo finished")
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from triton_nb import fraud
+
+    frame = fraud.generate_transactions(args.rows, seed=args.seed, fraud_rate=args.fraud_rate)
+    path = fraud.write_tabformer_csv(frame, args.out)
+    print(f"wrote {len(frame):,} transactions to {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``triton-nb`` console script; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out)}
+    try:
+        handlers[args.command](args)
+    except TritonNBError as exc:
+        print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # unwritable output folder, unreadable CSV, full disk
+        print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - python -m triton_nb.cli
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""One error hierarchy for the whole package.
+
+Every error triton_nb raises on purpose derives from :class:`TritonNBError`. Each class carries
+the status it maps to on the wire, so the protocol front ends translate errors in one place
+instead of guessing from messages: ``http_status`` for KServe v2 over HTTP and ``grpc_code``
+(the name of a ``grpc.StatusCode`` member) for gRPC.
+
+The classes also derive from the closest built-in exception (``ValueError``, ``KeyError``...)
+so code written against plain Python conventions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InternalError",
+    "InvalidArgumentError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "TritonNBError",
+    "UnavailableError",
+    "UnsafeFileError",
+]
+
+
+class TritonNBError(Exception):
+    """Base class of every error triton_nb raises on purpose."""
+
+    http_status: int = 500
+    grpc_code: str = "INTERNAL"
+
+
+class InvalidArgumentError(TritonNBError, ValueError):
+    """The caller sent something malformed: a bad column, tensor, field or value."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(TritonNBError, LookupError):
+    """A model, version, file or column that does not exist."""
+
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+
+
+class UnavailableError(TritonNBError):
+    """The thing exists but cannot serve now (loading, unloaded, queue full, stopping)."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+class InternalError(TritonNBError, RuntimeError):
+    """A bug or an unexpected failure inside triton_nb or a model."""
+
+
+class UnsafeFileError(InvalidArgumentError):
+    """A file that would make us execute or trust untrusted content (for example a pickle
+    carrying objects other than the expected label-encoder arrays)."""
+
+
+class MissingDependencyError(TritonNBError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, module: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the optional package '{module}', which is not installed. "
+            f"Install it with: pip install 'triton-nb[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra

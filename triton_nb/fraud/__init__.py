@@ -1,0 +1,53 @@
+"""The worked example: card-fraud data, the example's preprocessing, and XGBoost training.
+
+Typical use::
+
+    from triton_nb import fraud
+
+    frame = fraud.generate_transactions(200_000, seed=0)
+    model = fraud.train_fraud_model(frame)
+    model.evaluation            # AUC-PR, ROC-AUC, precision/recall/F1, confusion counts
+    model.save("artifacts/")    # xgboost.json, xgboost.ubj, label_encoders.pkl/.json, metrics.json
+"""
+
+from triton_nb.fraud.data import (
+    LABEL_COLUMN,
+    RAW_INPUT_COLUMNS,
+    TABFORMER_COLUMNS,
+    US_STATE_CODES,
+    generate_transactions,
+    label_array,
+    load_tabformer_csv,
+    write_tabformer_csv,
+)
+from triton_nb.fraud.evaluate import (
+    confusion_matrix_frame,
+    evaluate_predictions,
+    plot_feature_importance,
+    plot_precision_recall,
+)
+from triton_nb.fraud.features import ENCODED_COLUMNS, FEATURE_NAMES, UNKNOWN, FraudPreprocessor
+from triton_nb.fraud.train import DEFAULT_NUM_BOOST_ROUND, TrainedFraudModel, resolve_device, train_fraud_model
+
+__all__ = [
+    "DEFAULT_NUM_BOOST_ROUND",
+    "ENCODED_COLUMNS",
+    "FEATURE_NAMES",
+    "LABEL_COLUMN",
+    "RAW_INPUT_COLUMNS",
+    "TABFORMER_COLUMNS",
+    "UNKNOWN",
+    "US_STATE_CODES",
+    "FraudPreprocessor",
+    "TrainedFraudModel",
+    "confusion_matrix_frame",
+    "evaluate_predictions",
+    "generate_transactions",
+    "label_array",
+    "load_tabformer_csv",
+    "plot_feature_importance",
+    "plot_precision_recall",
+    "resolve_device",
+    "train_fraud_model",
+    "write_tabformer_csv",
+]
