@@ -427,12 +427,12 @@ def messy_rows(sample: pd.DataFrame, n_rows: int) -> pd.DataFrame:
 def test_large_triton_batches_take_the_hash_path_and_agree(sample, fitted):
     # >= 256 rows of object bytes use a hash lookup instead of a binary search; misses
     # (padded, "X.0", leading zeros, unseen, missing) must still come out as the rules say.
-    from triton_nb.fraud import features
+    from triton_nb.fraud import encoding
 
     batch = messy_rows(sample, 600)
     triton_style = as_triton_request(batch)  # Zip as "91750.0"
     triton_style["MCC"][7::17, 0] = b" 0005411 "
-    assert len(batch) >= features._HASH_LOOKUP_MIN_ROWS
+    assert len(batch) >= encoding._HASH_LOOKUP_MIN_ROWS
     expected = reference(batch.assign(MCC=[b" 0005411 " if i % 17 == 7 else v for i, v in enumerate(batch["MCC"])]),
                          fitted.classes_)
     np.testing.assert_array_equal(fitted.transform(triton_style), expected)

@@ -17,22 +17,22 @@ from typing import Any
 import numpy as np
 
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.fraud.encoding import (
+    _INTEGER_CODE_COLUMNS,
+    _MISSING_TEXT,
+    _NUMERIC_COLUMNS,
+    ENCODED_COLUMNS,
+    FEATURE_NAMES,
+    US_STATE_CODES,
+)
 
 __all__ = ["frame_canonical_categories", "frame_features", "frame_uniques"]
 
-# Imported lazily from features (which imports this module) to share the exact constants.
 _INTEGER_PATTERN = r"^(-?)0*([0-9]+)(?:\.0*)?$"
-
-
-def _constants() -> Any:
-    from triton_nb.fraud import features
-
-    return features
 
 
 def _text(series: Any, column: str) -> tuple[Any, Any]:
     """(stripped text, missing mask) of one column, as the numpy path defines them."""
-    features = _constants()
     missing = series.isna()
     kind = series.dtype.kind
     if kind == "f":
@@ -44,7 +44,7 @@ def _text(series: Any, column: str) -> tuple[Any, Any]:
     else:
         raise InvalidArgumentError(f"column '{column}' has unsupported dtype {series.dtype}")
     text = text.str.strip()
-    missing = missing | text.isin(features._MISSING_TEXT)
+    missing = missing | text.isin(_MISSING_TEXT)
     return text.where(~missing, ""), missing
 
 
@@ -57,17 +57,16 @@ def _canonical_integers(text: Any) -> Any:
 
 def frame_canonical_categories(frame: Any, unknown_value: str) -> dict[str, Any]:
     """The canonical text of each label-encoded column, as Series of the frame's library."""
-    features = _constants()
     text = {}
-    for column in features.ENCODED_COLUMNS:
+    for column in ENCODED_COLUMNS:
         values, missing = _text(frame[column], column)
-        if column in features._INTEGER_CODE_COLUMNS:
+        if column in _INTEGER_CODE_COLUMNS:
             values = _canonical_integers(values)
         text[column] = values.where(~missing, unknown_value)
     online = text["Merchant City"] == "ONLINE"
     text["Merchant State"] = text["Merchant State"].where(~online, "ONLINE")
     text["Zip"] = text["Zip"].where(~online, "ONLINE")
-    foreign = ~text["Merchant State"].isin(sorted(features.US_STATE_CODES | {"ONLINE"}))
+    foreign = ~text["Merchant State"].isin(sorted(US_STATE_CODES | {"ONLINE"}))
     text["Zip"] = text["Zip"].where(~foreign, "FOREIGN")
     return text
 
@@ -98,9 +97,8 @@ def frame_features(
     frame: Any, classes: Mapping[str, np.ndarray], unknown_codes: Mapping[str, int], unknown_value: str
 ) -> Any:
     """The 15 features as a float32 DataFrame of the frame's library, in FEATURE_NAMES order."""
-    features = _constants()
     columns = {}
-    for column in (*features._NUMERIC_COLUMNS, "Amount"):
+    for column in (*_NUMERIC_COLUMNS, "Amount"):
         columns[column] = _number(frame[column], column)
     time_text, missing = _text(frame["Time"], "Time")
     parts = time_text.str.extract(r"^([0-9]{1,2}):([0-9]{2})")
@@ -114,4 +112,4 @@ def frame_features(
     for column, text in frame_canonical_categories(frame, unknown_value).items():
         codes = {value: code for code, value in enumerate(classes[column].tolist())}
         columns[column] = text.map(codes).fillna(unknown_codes[column])
-    return frame[[]].assign(**{name: columns[name].astype("float32") for name in features.FEATURE_NAMES})
+    return frame[[]].assign(**{name: columns[name].astype("float32") for name in FEATURE_NAMES})

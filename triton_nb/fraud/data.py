@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
+from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS, US_STATE_CODES
 
 __all__ = [
     "LABEL_COLUMN",
@@ -46,40 +47,11 @@ __all__ = [
     "write_tabformer_csv",
 ]
 
-#: The columns of the TabFormer CSV file, in file order.
-TABFORMER_COLUMNS: tuple[str, ...] = (
-    "User",
-    "Card",
-    "Year",
-    "Month",
-    "Day",
-    "Time",
-    "Amount",
-    "Use Chip",
-    "Merchant Name",
-    "Merchant City",
-    "Merchant State",
-    "Zip",
-    "MCC",
-    "Errors?",
-    "Is Fraud?",
-)
-
-#: The model's raw inputs: every TabFormer column except the label.
-RAW_INPUT_COLUMNS: tuple[str, ...] = TABFORMER_COLUMNS[:-1]
-
 #: The label column; ``"Yes"`` marks a fraudulent transaction, ``"No"`` a genuine one.
 LABEL_COLUMN = "Is Fraud?"
 
-#: The 50 US state codes plus DC. Any other Merchant State value is a foreign country name.
-US_STATE_CODES: frozenset[str] = frozenset(
-    {
-        "AL", "AK", "AZ", "AR", "CA", "CO", "CT", "DE", "DC", "FL", "GA", "HI", "ID", "IL", "IN", "IA",
-        "KS", "KY", "LA", "ME", "MD", "MA", "MI", "MN", "MS", "MO", "MT", "NE", "NV", "NH", "NJ", "NM",
-        "NY", "NC", "ND", "OH", "OK", "OR", "PA", "RI", "SC", "SD", "TN", "TX", "UT", "VT", "VA", "WA",
-        "WV", "WI", "WY",
-    }
-)  # fmt: skip
+#: The columns of the TabFormer CSV file, in file order: the model's raw inputs, then the label.
+TABFORMER_COLUMNS: tuple[str, ...] = (*RAW_INPUT_COLUMNS, LABEL_COLUMN)
 
 # "str" rather than pd.StringDtype(na_value=np.nan) so the module still imports (and generator
 # and loader still agree, on object dtype) under pandas 2, where the spelled-out dtype is missing.
