@@ -25,5 +25,11 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_preprocessing.py
 
+# Regenerate the checked-in example repository (tests/repository/test_reference_repository.py
+# checks it is current). git keeps no empty folders, hence the .gitkeep in the ensemble's 1/.
+repository: $(BIN)/.installed
+	$(BIN)/triton-nb export --out model_repository --overwrite
+	touch model_repository/ensemble/1/.gitkeep
+
 clean:
 	rm -rf $(VENV) triton-nb-demo .pytest_cache .ruff_cache

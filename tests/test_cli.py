@@ -63,3 +63,32 @@ def test_demo_runs_as_far_as_the_project_goes(tmp_path, capsys):
     assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(tmp_path / "demo")]) == 0
     assert "demo finished" in capsys.readouterr().out
     assert (tmp_path / "demo" / "model" / "xgboost.json").is_file()
+
+
+def test_export_and_validate(tmp_path, capsys):
+    out = tmp_path / "repo"
+    assert main(["export", "--out", str(out), "--rows", "4000", "--rounds", "5", "--model-backend", "python",
+                 "--predict-proba", "--max-batch-size", "64", "--instance-count", "2"]) == 0
+    assert (out / "fil" / "1" / "model.py").is_file()
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
+    (out / "fil" / "1" / "model.py").unlink()
+    (out / "ensemble" / "config.pbtxt").write_text(
+        (out / "ensemble" / "config.pbtxt").read_text().replace('model_name: "fil"', 'model_name: "trees"')
+    )
+    assert main(["validate", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "error: model 'fil': 1/model.py: missing" in "\n".join(lines)
+    assert any(line.startswith("error: model 'ensemble': config.pbtxt: ensemble_scheduling.step[1].model_name")
+               for line in lines)
+    assert any("ensemble output 'predictions' is not written" in line for line in lines)
+    assert lines[-1].endswith("3 error(s), 0 warning(s)")
+
+
+def test_export_refuses_an_existing_repository(tmp_path, capsys):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "x").write_text("x")
+    assert main(["export", "--out", str(tmp_path / "repo"), "--rows", "3000", "--rounds", "2"]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "nowhere")]) == 2

@@ -4,7 +4,9 @@ Sub-commands:
 
 * ``demo``     — the main job, headless: generate data, train, and write the artefacts;
 * ``generate`` — write synthetic TabFormer transactions as CSV;
-* ``train``    — train the fraud model on synthetic data or a real TabFormer CSV.
+* ``train``    — train the fraud model on synthetic data or a real TabFormer CSV;
+* ``export``   — write the example as a Triton model repository;
+* ``validate`` — check a model repository the way Triton does when loading it.
 
 User mistakes end with a one-line message on stderr and exit status 2; no traceback.
 """
@@ -22,6 +24,9 @@ from triton_nb.errors import TritonNBError
 __all__ = ["main"]
 
 DEMO_ROWS = 200_000
+# model_repository/ is exported from a small deterministic run so it stays small and reproducible.
+EXPORT_ROWS = 20_000
+EXPORT_ROUNDS = 40
 
 
 def _positive_int(text: str) -> int:
@@ -44,12 +49,14 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _add_training_options(parser: argparse.ArgumentParser, default_rows: int) -> None:
+def _add_training_options(
+    parser: argparse.ArgumentParser, default_rows: int, default_rounds: int | None = None
+) -> None:
     parser.add_argument("--rows", type=_positive_int, default=default_rows,
                         help=f"rows to generate, or to read from --csv (default {default_rows:,})")
     parser.add_argument("--csv", type=Path, default=None,
                         help="train on a real TabFormer CSV (card_transaction.v1.csv) instead of synthetic data")
-    parser.add_argument("--rounds", type=_positive_int, default=None,
+    parser.add_argument("--rounds", type=_positive_int, default=default_rounds,
                         help="maximum boosting rounds (early stopping may end sooner)")
     parser.add_argument("--fraud-rate", type=_fraction, default=0.02, help="fraud rate of generated data")
     parser.add_argument("--seed", type=int, default=0, help="random seed for data, split and training")
@@ -74,6 +81,29 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, required=True,
                        help="folder for xgboost.json/.ubj, label_encoders.pkl/.json and metrics.json")
     _add_training_options(train, DEMO_ROWS)
+
+    export = commands.add_parser("export", help="write the fraud example as a Triton model repository")
+    export.add_argument("--out", type=Path, required=True, help="repository folder to write")
+    export.add_argument("--from-model", type=Path, default=None,
+                        help="a folder written by 'triton-nb train' (default: train a small model first)")
+    _add_training_options(export, EXPORT_ROWS, default_rounds=EXPORT_ROUNDS)
+    export.add_argument("--model-backend", choices=("fil", "python", "onnxruntime"), default="fil",
+                        help="what serves the trees: Triton's FIL backend (default), a Python-backend twin "
+                             "running XGBoost, or ONNX Runtime")
+    export.add_argument("--max-batch-size", type=_positive_int, default=4096)
+    export.add_argument("--max-queue-delay-microseconds", type=int, default=100)
+    export.add_argument("--preferred-batch-size", type=_positive_int, nargs="*", default=[])
+    export.add_argument("--no-dynamic-batching", action="store_true")
+    export.add_argument("--instance-count", type=_positive_int, default=1)
+    export.add_argument("--instance-kind", choices=("KIND_CPU", "KIND_GPU", "KIND_AUTO"), default="KIND_CPU")
+    export.add_argument("--predict-proba", action="store_true", help="predictions = P(fraud) instead of 0/1")
+    export.add_argument("--treeshap-output", action="store_true", help="add per-feature SHAP values")
+    export.add_argument("--execution-env", default=None,
+                        help="conda-pack archive for the preprocessing model's EXECUTION_ENV_PATH, or 'pack'")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing repository")
+
+    validate = commands.add_parser("validate", help="check a model repository as Triton would")
+    validate.add_argument("repository", type=Path)
     return parser
 
 
@@ -107,9 +137,56 @@ def _train(args: argparse.Namespace, out: Path) -> None:
 
 def _demo(args: argparse.Namespace) -> None:
     out: Path = args.out
+    from triton_nb import fraud
+    from triton_nb.repository import export_fraud_repository, validate_repository
+
     print(f"triton-nb demo -> {out}/")
     _train(args, out / "model")
+    repository = export_fraud_repository(
+        fraud.TrainedFraudModel.load(out / "model"), out / "model_repository", overwrite=True
+    )
+    problems = validate_repository(repository)
+    print(f"exported the Triton model repository {repository}/ ({len(problems)} validation problem(s))")
     print("demo finished")
+
+
+def _export(args: argparse.Namespace) -> None:
+    from triton_nb import fraud
+    from triton_nb.repository import BatchingOptions, export_fraud_repository
+
+    if args.from_model is not None:
+        model = fraud.TrainedFraudModel.load(args.from_model)
+    else:
+        frame = _load_frame(args)
+        # One thread: the same trees on every machine, so the checked-in repository is reproducible.
+        model = fraud.train_fraud_model(frame, device=args.device, seed=args.seed, nthread=1,
+                                        num_boost_round=args.rounds, progress=False)
+        print(f"trained {model.best_iteration + 1} trees (validation AUC-PR "
+              f"{model.evaluation.loc['aucpr', 'value']:.4f})")
+    batching = BatchingOptions(
+        max_batch_size=args.max_batch_size,
+        dynamic_batching=not args.no_dynamic_batching,
+        max_queue_delay_microseconds=args.max_queue_delay_microseconds,
+        preferred_batch_size=tuple(args.preferred_batch_size),
+        instance_count=args.instance_count,
+        instance_kind=args.instance_kind,
+    )
+    out = export_fraud_repository(
+        model, args.out, model_backend=args.model_backend, batching=batching, predict_proba=args.predict_proba,
+        treeshap_output=args.treeshap_output, execution_env=args.execution_env, overwrite=args.overwrite,
+    )
+    print(f"wrote the model repository {out}/ (preprocessing, fil [{args.model_backend}], ensemble)")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from triton_nb.repository import validate_repository
+
+    problems = validate_repository(args.repository)
+    for problem in problems:
+        print(problem)
+    errors = sum(problem.severity == "error" for problem in problems)
+    print(f"{args.repository}: {errors} error(s), {len(problems) - errors} warning(s)")
+    return 1 if errors else 0
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -123,16 +200,17 @@ def _generate(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-nb`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
-    handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out)}
+    handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out),
+                "export": _export, "validate": _validate}
     try:
-        handlers[args.command](args)
+        status = handlers[args.command](args)
     except TritonNBError as exc:
         print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # unwritable output folder, unreadable CSV, full disk
         print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m triton_nb.cli

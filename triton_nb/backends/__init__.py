@@ -1,0 +1,1 @@
+"""Model backends. Only the standalone FIL output semantics live here so far."""

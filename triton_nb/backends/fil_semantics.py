@@ -1,0 +1,85 @@
+"""Triton FIL backend output semantics, as plain numpy.
+
+The FIL backend's ``output__0`` depends on three parameters (all strings in ``config.pbtxt``):
+
+* ``output_class "false"`` — a regressor: the prediction itself, dims ``[1]``;
+* ``output_class "true"`` and ``predict_proba "false"`` — the class: for a binary classifier
+  ``1.0`` only when ``p > threshold`` (p is P(class 1)), for a multiclass one the argmax; dims ``[1]``;
+* ``predict_proba "true"`` — probabilities: a binary classifier gives dims ``[1]`` (P(class 1))
+  or ``[2]`` (``1 - p, p``), a multiclass one ``[num_classes]``.
+
+This module turns a model's raw predictions into that output. It depends on numpy alone so the
+Python-backend twin of a FIL model (for Triton deployments without the FIL backend) can ship it
+beside its ``model.py`` and give the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["FilSettings", "fil_output"]
+
+_MODEL_TYPES = ("xgboost", "xgboost_json", "xgboost_ubj", "lightgbm", "treelite_checkpoint")
+
+
+def _flag(parameters: Mapping[str, str], name: str, default: str) -> bool:
+    value = parameters.get(name, default)
+    if value not in ("true", "false"):
+        raise ValueError(f"parameter '{name}' must be 'true' or 'false', got '{value}'")
+    return value == "true"
+
+
+@dataclass(frozen=True)
+class FilSettings:
+    """The FIL parameters that shape ``output__0`` (and the SHAP output)."""
+
+    model_type: str
+    output_class: bool
+    predict_proba: bool = False
+    threshold: float = 0.5
+    treeshap_output: bool = False
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, str]) -> FilSettings:
+        """Read the string parameters of a FIL ``config.pbtxt``; bad values raise ValueError."""
+        model_type = parameters.get("model_type", "")
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(f"parameter 'model_type' must be one of {', '.join(_MODEL_TYPES)}, got '{model_type}'")
+        if "output_class" not in parameters:
+            raise ValueError("parameter 'output_class' is required ('true' for a classifier)")
+        output_class = _flag(parameters, "output_class", "false")
+        try:
+            threshold = float(parameters.get("threshold", "0.5"))
+        except ValueError:
+            raise ValueError(f"parameter 'threshold' must be a number, got '{parameters['threshold']}'") from None
+        return cls(
+            model_type=model_type,
+            output_class=output_class,
+            predict_proba=_flag(parameters, "predict_proba", "false"),
+            threshold=threshold,
+            treeshap_output=_flag(parameters, "treeshap_output", "false"),
+        )
+
+
+def fil_output(predictions: np.ndarray, settings: FilSettings, proba_width: int = 1) -> np.ndarray:
+    """``output__0`` for a batch, from the model's predictions.
+
+    ``predictions`` are what the model's own predict gives: values ``(n,)`` for a regressor,
+    P(class 1) ``(n,)`` for a binary classifier, probabilities ``(n, k)`` for a multiclass one.
+    ``proba_width`` is the last dim of ``output__0`` with ``predict_proba`` for a binary model
+    (1 or 2). The result is float32, ``(n, width)``.
+    """
+    predictions = np.asarray(predictions, dtype=np.float32)
+    if not settings.output_class:
+        return predictions.reshape(predictions.shape[0], -1)
+    if predictions.ndim == 2 and predictions.shape[1] > 1:  # multiclass probabilities
+        if settings.predict_proba:
+            return predictions
+        return np.argmax(predictions, axis=1).astype(np.float32)[:, None]
+    positive = predictions.reshape(-1)
+    if settings.predict_proba:
+        return np.column_stack((1.0 - positive, positive)) if proba_width == 2 else positive[:, None]
+    return (positive > settings.threshold).astype(np.float32)[:, None]

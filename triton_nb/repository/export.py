@@ -1,0 +1,330 @@
+"""Exporting the fraud pipeline as a Triton model repository that real Triton serves unchanged.
+
+:func:`export_fraud_repository` writes the example's three models, with the example's names so
+the same requests work against it and against the original deployment:
+
+* ``preprocessing/`` — Python backend: ``1/model.py`` (a template of this package) with the
+  preprocessing rules (``fraud_encoding.py``), the restricted unpickler
+  (``fraud_safe_pickle.py``) and ``label_encoders.pkl`` (+ ``.json``) beside it; 14 raw inputs
+  (User, Card, Year, Month, Day as FP32; the rest BYTES), output ``OUTPUT`` FP32 [15];
+* ``fil/`` — the XGBoost model: ``input__0`` FP32 [15] -> ``output__0`` FP32 [1], served by
+  the FIL backend (``model_backend="fil"``), by a Python-backend model with the same tensors
+  and FIL semantics (``"python"``, for Triton builds without FIL), or by ONNX Runtime
+  (``"onnxruntime"``);
+* ``ensemble/`` — preprocessing then fil: the 14 inputs -> ``predictions`` FP32 [1].
+
+The repository is written to a temporary folder beside the target, validated, and only then
+moved into place: a failure leaves no half-written repository behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from triton_nb.backends.fil_semantics import FilSettings
+from triton_nb.errors import InvalidArgumentError, TritonNBError
+from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
+from triton_nb.fraud.train import TrainedFraudModel
+from triton_nb.repository.config import ModelConfig, save_config
+from triton_nb.repository.validate import errors_only, validate_repository
+
+__all__ = [
+    "ENSEMBLE_MODEL",
+    "MODEL_BACKENDS",
+    "PREPROCESSING_MODEL",
+    "TREE_MODEL",
+    "BatchingOptions",
+    "export_fraud_repository",
+]
+
+PREPROCESSING_MODEL = "preprocessing"
+TREE_MODEL = "fil"  # the example's name, whichever backend serves the trees
+ENSEMBLE_MODEL = "ensemble"
+MODEL_BACKENDS = ("fil", "python", "onnxruntime")
+
+# The raw inputs Triton carries as FP32; the others are BYTES (TYPE_STRING).
+_FP32_INPUTS = ("User", "Card", "Year", "Month", "Day")
+_INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
+_EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """Batching and instance settings written into the configs of the composing models.
+
+    ``max_batch_size`` applies to all three models (an ensemble may not batch more than its
+    steps); the dynamic batcher and instance settings to the preprocessing and tree models.
+    """
+
+    max_batch_size: int = 4096
+    dynamic_batching: bool = True
+    max_queue_delay_microseconds: int = 100
+    preferred_batch_size: Sequence[int] = ()
+    instance_count: int = 1
+    instance_kind: str = "KIND_CPU"
+
+    def check(self) -> None:
+        if self.max_batch_size < 1:
+            raise InvalidArgumentError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_queue_delay_microseconds < 0:
+            raise InvalidArgumentError(
+                f"max_queue_delay_microseconds must be >= 0, got {self.max_queue_delay_microseconds}"
+            )
+        bad = [size for size in self.preferred_batch_size if not 1 <= size <= self.max_batch_size]
+        if bad:
+            raise InvalidArgumentError(
+                f"preferred_batch_size {bad} must lie between 1 and max_batch_size ({self.max_batch_size})"
+            )
+        if self.instance_count < 1:
+            raise InvalidArgumentError(f"instance_count must be >= 1, got {self.instance_count}")
+        if self.instance_kind not in _INSTANCE_KINDS:
+            raise InvalidArgumentError(f"instance_kind must be one of {', '.join(_INSTANCE_KINDS)}, "
+                                       f"got {self.instance_kind!r}")
+
+    def apply(self, config: ModelConfig, kind: str | None = None) -> None:
+        config.max_batch_size = self.max_batch_size
+        if self.dynamic_batching:
+            config.dynamic_batching.max_queue_delay_microseconds = self.max_queue_delay_microseconds
+            config.dynamic_batching.preferred_batch_size.extend(self.preferred_batch_size)
+        group = config.instance_group.add()
+        group.count = self.instance_count
+        group.kind = mc.ModelInstanceGroup.Kind.Value(kind or self.instance_kind)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _tensor(collection: Any, name: str, data_type: int, dims: Sequence[int]) -> None:
+    tensor = collection.add()
+    tensor.name = name
+    tensor.data_type = data_type
+    tensor.dims.extend(dims)
+
+
+def _raw_inputs(config: ModelConfig) -> None:
+    for name in RAW_INPUT_COLUMNS:
+        _tensor(config.input, name, mc.TYPE_FP32 if name in _FP32_INPUTS else mc.TYPE_STRING, [1])
+
+
+def _preprocessing_config(batching: BatchingOptions, execution_env: str | None) -> ModelConfig:
+    config = ModelConfig(name=PREPROCESSING_MODEL, backend="python")
+    _raw_inputs(config)
+    _tensor(config.output, "OUTPUT", mc.TYPE_FP32, [len(FEATURE_NAMES)])
+    # Preprocessing is pure CPU work whatever serves the trees.
+    batching.apply(config, kind="KIND_CPU")
+    if execution_env is not None:
+        config.parameters[_EXECUTION_ENV_PARAMETER].string_value = f"$$TRITON_MODEL_DIRECTORY/{execution_env}"
+    return config
+
+
+def _fil_parameters(settings: FilSettings, storage_type: str = "AUTO") -> dict[str, str]:
+    flag = {True: "true", False: "false"}
+    return {
+        "model_type": settings.model_type,
+        "output_class": flag[settings.output_class],
+        "predict_proba": flag[settings.predict_proba],
+        "threshold": repr(settings.threshold),
+        "storage_type": storage_type,
+        "treeshap_output": flag[settings.treeshap_output],
+    }
+
+
+def _tree_config(backend: str, settings: FilSettings, batching: BatchingOptions, num_features: int) -> ModelConfig:
+    config = ModelConfig(name=TREE_MODEL)
+    if backend == "onnxruntime":
+        config.backend = "onnxruntime"
+        config.platform = "onnxruntime_onnx"
+    else:
+        config.backend = backend
+        for name, value in _fil_parameters(settings).items():
+            config.parameters[name].string_value = value
+    _tensor(config.input, "input__0", mc.TYPE_FP32, [num_features])
+    _tensor(config.output, "output__0", mc.TYPE_FP32, [1])
+    if settings.treeshap_output:
+        _tensor(config.output, "treeshap_output", mc.TYPE_FP32, [num_features + 1])
+    batching.apply(config)
+    return config
+
+
+def _ensemble_config(max_batch_size: int, treeshap_output: bool, num_features: int) -> ModelConfig:
+    config = ModelConfig(name=ENSEMBLE_MODEL, platform="ensemble", max_batch_size=max_batch_size)
+    _raw_inputs(config)
+    _tensor(config.output, "predictions", mc.TYPE_FP32, [1])
+    if treeshap_output:
+        _tensor(config.output, "shap_values", mc.TYPE_FP32, [num_features + 1])
+    preprocessing = config.ensemble_scheduling.step.add(model_name=PREPROCESSING_MODEL, model_version=-1)
+    for name in RAW_INPUT_COLUMNS:
+        preprocessing.input_map[name] = name
+    preprocessing.output_map["OUTPUT"] = "preprocessed_data"
+    trees = config.ensemble_scheduling.step.add(model_name=TREE_MODEL, model_version=-1)
+    trees.input_map["input__0"] = "preprocessed_data"
+    trees.output_map["output__0"] = "predictions"
+    if treeshap_output:
+        trees.output_map["treeshap_output"] = "shap_values"
+    return config
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _template(name: str) -> bytes:
+    return resources.files("triton_nb.repository.templates").joinpath(name).read_bytes()
+
+
+def _module_source(package: str, name: str) -> bytes:
+    return resources.files(package).joinpath(name).read_bytes()
+
+
+def _write_preprocessing(folder: Path, model: TrainedFraudModel, batching: BatchingOptions,
+                         execution_env: str | os.PathLike[str] | None) -> None:
+    version = folder / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_bytes(_template("preprocessing_model.py"))
+    (version / "fraud_encoding.py").write_bytes(_module_source("triton_nb.fraud", "encoding.py"))
+    (version / "fraud_safe_pickle.py").write_bytes(_module_source("triton_nb.fraud", "safe_pickle.py"))
+    model.preprocessor.save_encoders(version)
+    archive_name = _place_execution_env(folder, execution_env) if execution_env is not None else None
+    save_config(_preprocessing_config(batching, archive_name), folder)
+
+
+def _place_execution_env(folder: Path, execution_env: str | os.PathLike[str]) -> str:
+    """Put a conda-pack archive inside the model folder and return its name there.
+
+    ``"pack"`` packs the running conda environment with conda-pack; a path copies an archive
+    made beforehand. Either way the archive ends up inside the model folder, so the config
+    refers to it as ``$$TRITON_MODEL_DIRECTORY/<name>`` and never to a path outside.
+    """
+    if str(execution_env) == "pack":
+        try:
+            import conda_pack
+        except ImportError:
+            raise InvalidArgumentError(
+                "execution_env='pack' needs conda-pack (pip install conda-pack) inside a conda environment"
+            ) from None
+        target = folder / "preprocessing_env.tar.gz"
+        try:
+            conda_pack.pack(output=str(target), ignore_missing_files=True)
+        except conda_pack.CondaPackException as exc:
+            raise InvalidArgumentError(f"execution_env='pack': conda-pack failed: {exc}") from None
+        return target.name
+    source = Path(execution_env)
+    if not source.is_file() or not source.name.endswith((".tar.gz", ".tgz")):
+        raise InvalidArgumentError(f"execution_env: {source} is not a conda-pack archive (.tar.gz)")
+    shutil.copyfile(source, folder / source.name)
+    return source.name
+
+
+def _write_tree_model(folder: Path, booster: Any, backend: str, settings: FilSettings,
+                      batching: BatchingOptions, num_features: int) -> None:
+    version = folder / "1"
+    version.mkdir(parents=True)
+    if backend == "onnxruntime":
+        from triton_nb.repository.tree_export import write_onnx_model
+
+        write_onnx_model(booster, version, settings)
+    else:
+        booster.save_model(version / "xgboost.json")
+        if backend == "python":
+            (version / "model.py").write_bytes(_template("tree_model.py"))
+            (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.backends", "fil_semantics.py"))
+    save_config(_tree_config(backend, settings, batching, num_features), folder)
+
+
+# --------------------------------------------------------------------------- writing safely
+
+
+@contextmanager
+def _staged_directory(out_dir: Path, overwrite: bool) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``out_dir``; move it into place on success."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InvalidArgumentError(f"cannot export to {out_dir}: it is a file")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise InvalidArgumentError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write the repository to {out_dir}: {exc.strerror or exc}") from None
+    try:
+        yield staging
+        if out_dir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, retired / out_dir.name)
+            os.replace(staging, out_dir)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, out_dir)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InvalidArgumentError(f"cannot write the repository to {out_dir}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+# --------------------------------------------------------------------------- the export
+
+
+def export_fraud_repository(
+    model: TrainedFraudModel,
+    out_dir: str | os.PathLike[str],
+    *,
+    model_backend: str = "fil",
+    batching: BatchingOptions | None = None,
+    predict_proba: bool = False,
+    treeshap_output: bool = False,
+    execution_env: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the fraud example's model repository (preprocessing, fil, ensemble) to ``out_dir``.
+
+    ``predict_proba=True`` makes ``predictions`` the fraud probability instead of the 0/1
+    class at ``model.threshold``; ``treeshap_output=True`` adds per-feature SHAP values
+    (``shap_values`` in the ensemble, bias last). ``execution_env`` packs the preprocessing
+    environment for Triton's ``EXECUTION_ENV_PATH``: ``"pack"`` (conda-pack the running
+    conda environment) or the path of an archive made beforehand. Returns ``out_dir``.
+    """
+    if model_backend not in MODEL_BACKENDS:
+        raise InvalidArgumentError(f"model_backend must be one of {', '.join(MODEL_BACKENDS)}, got {model_backend!r}")
+    batching = batching or BatchingOptions()
+    batching.check()
+    if model_backend == "onnxruntime" and treeshap_output:
+        raise InvalidArgumentError("treeshap_output is a FIL feature; ONNX Runtime cannot produce SHAP values")
+    booster = model.booster[: model.best_iteration + 1]
+    num_features = booster.num_features()
+    if num_features != len(FEATURE_NAMES):
+        raise InvalidArgumentError(
+            f"the tree model takes {num_features} features but the preprocessing produces {len(FEATURE_NAMES)} "
+            f"({', '.join(FEATURE_NAMES)})"
+        )
+    missing = [c for c in ENCODED_COLUMNS if c not in getattr(model.preprocessor, "classes_", {})]
+    if missing:
+        raise InvalidArgumentError(f"the preprocessor has no label encoder for {', '.join(missing)}")
+    settings = FilSettings(
+        model_type="xgboost_json",
+        output_class=True,
+        predict_proba=predict_proba,
+        threshold=float(model.threshold),
+        treeshap_output=treeshap_output,
+    )
+    out_dir = Path(out_dir)
+    with _staged_directory(out_dir, overwrite) as staging:
+        _write_preprocessing(staging / PREPROCESSING_MODEL, model, batching, execution_env)
+        _write_tree_model(staging / TREE_MODEL, booster, model_backend, settings, batching, num_features)
+        ensemble = staging / ENSEMBLE_MODEL
+        (ensemble / "1").mkdir(parents=True)
+        save_config(_ensemble_config(batching.max_batch_size, treeshap_output, num_features), ensemble)
+        problems = errors_only(validate_repository(staging))
+        if problems:  # a bug in the exporter, never the user's doing: say so plainly
+            raise TritonNBError("the exported repository does not validate:\n" + "\n".join(map(str, problems)))
+    return out_dir

@@ -1,0 +1,126 @@
+"""Scanning a Triton model repository: models, versions, version policy, files, fingerprints.
+
+Triton's layout: ``<repository>/<model>/config.pbtxt`` and numeric version folders
+``<repository>/<model>/<version>/`` holding the model files. Which versions are served is the
+``version_policy``: the latest N (default 1), all, or a specific list. A content fingerprint
+per model version (the config plus every file of that version) tells a poller when a model
+changed on disk, the way Triton's POLL mode notices edits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_nb.errors import InvalidArgumentError, NotFoundError
+from triton_nb.repository.config import CONFIG_FILENAME, ModelConfig, effective_config, load_config
+
+__all__ = ["ModelEntry", "RepositoryScan", "scan_repository", "select_versions"]
+
+
+@dataclass
+class ModelEntry:
+    """One model folder of a repository."""
+
+    name: str
+    path: Path
+    config: ModelConfig | None  # None when config.pbtxt is missing or does not parse
+    error: str | None = None  # why the config could not be read
+    versions: list[int] = field(default_factory=list)  # every numeric version folder, ascending
+    ignored: list[str] = field(default_factory=list)  # non-numeric entries Triton skips
+
+    @property
+    def selected_versions(self) -> list[int]:
+        """The versions the version policy serves."""
+        if self.config is None:
+            return []
+        return select_versions(self.config, self.versions)
+
+    def version_path(self, version: int) -> Path:
+        return self.path / str(version)
+
+    def version_files(self, version: int) -> list[Path]:
+        """Every file of a version folder, recursively, sorted (for stable fingerprints)."""
+        root = self.version_path(version)
+        return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+    def fingerprint(self, version: int) -> str:
+        """SHA-256 over the config file and the names and bytes of the version's files."""
+        digest = hashlib.sha256()
+        config_path = self.path / CONFIG_FILENAME
+        if config_path.is_file():
+            digest.update(config_path.read_bytes())
+        root = self.version_path(version)
+        for path in self.version_files(version):
+            digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+
+@dataclass
+class RepositoryScan:
+    """What is on disk in a repository folder."""
+
+    path: Path
+    models: dict[str, ModelEntry]
+
+    def __getitem__(self, name: str) -> ModelEntry:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise NotFoundError(f"no model '{name}' in repository {self.path}") from None
+
+
+def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
+    """Apply a version policy to the available version numbers (ascending result)."""
+    available = sorted(available)
+    choice = config.version_policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return available
+    if choice == "specific":
+        wanted = set(config.version_policy.specific.versions)
+        return [v for v in available if v in wanted]
+    count = config.version_policy.latest.num_versions if choice == "latest" else 1
+    return available[-max(count, 1):] if available else []
+
+
+def _scan_model(folder: Path) -> ModelEntry:
+    entry = ModelEntry(name=folder.name, path=folder, config=None)
+    try:
+        entry.config = effective_config(load_config(folder / CONFIG_FILENAME), folder.name)
+    except (InvalidArgumentError, NotFoundError) as exc:
+        entry.error = str(exc)
+    for child in sorted(folder.iterdir()):
+        if not child.is_dir() or child.name.startswith(".") or child.name == "__pycache__":
+            continue
+        if child.name.isdigit():
+            entry.versions.append(int(child.name))
+        else:
+            entry.ignored.append(child.name)
+    entry.versions.sort()
+    return entry
+
+
+def scan_repository(path: str | os.PathLike[str]) -> RepositoryScan:
+    """Read the layout of a repository: every model folder, its config and its versions.
+
+    A model whose config is missing or broken is still listed, with ``error`` saying why, so
+    one bad model never hides the others.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise NotFoundError(f"model repository {root} does not exist")
+    if not root.is_dir():
+        raise InvalidArgumentError(f"model repository {root} is not a folder")
+    if (root / CONFIG_FILENAME).is_file():
+        raise InvalidArgumentError(
+            f"{root} holds a {CONFIG_FILENAME} itself: that is a model folder; the repository is its parent"
+        )
+    models = {
+        child.name: _scan_model(child)
+        for child in sorted(root.iterdir())
+        if child.is_dir() and not child.name.startswith(".") and child.name != "__pycache__"
+    }
+    return RepositoryScan(path=root, models=models)
