@@ -127,8 +127,10 @@ def _fil(**replacements: str) -> str:
         (_fil(**{"name: \"input__0\" data_type: TYPE_FP32": 'name: "input__0" data_type: TYPE_FP64'}),
          "input[0].data_type", "must be TYPE_FP32"),
         (_fil(output__0="prob"), "output", "named 'output__0'"),
-        (FIL + 'parameters { key: "treeshap_output" value: { string_value: "true" } }', "output",
-         "needs an output named 'treeshap_output'"),
+        (FIL.replace('output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+                     'output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] }, '
+                     '{ name: "treeshap_output" data_type: TYPE_FP32 dims: [ 15 ] } ]'),
+         "output", "treeshap_output dims [15] must end in num_features + 1 = 16"),
         (_fil(**{"dims: [ 1 ]": "dims: [ 3 ]"}), "output", "without predict_proba has dims [1]"),
         (FIL + 'parameters { key: "storage_type" value: { string_value: "DENSEST" } }', "parameters.storage_type",
          "'DENSEST' is not one of"),
@@ -146,6 +148,14 @@ def test_fil_rules(text, field, message):
 
 def test_valid_fil_config_has_no_problems():
     assert check_model_config(parse_config(FIL), "fil") == []
+    newer = FIL.replace('key: "output_class"', 'key: "is_classifier"')  # FIL >= 25.09 spelling
+    assert check_model_config(parse_config(newer), "fil") == []
+
+
+def test_treeshap_parameter_is_a_warning():
+    text = FIL + 'parameters { key: "treeshap_output" value: { string_value: "true" } }'
+    [problem] = check_model_config(parse_config(text), "fil")
+    assert problem.severity == "warning" and "output is named 'treeshap_output'" in problem.message
 
 
 @pytest.mark.parametrize(

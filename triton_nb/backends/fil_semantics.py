@@ -8,6 +8,9 @@ The FIL backend's ``output__0`` depends on three parameters (all strings in ``co
 * ``predict_proba "true"`` — probabilities: a binary classifier gives dims ``[1]`` (P(class 1))
   or ``[2]`` (``1 - p, p``), a multiclass one ``[num_classes]``.
 
+Since release 25.09 the FIL backend also accepts ``is_classifier`` for ``output_class``. SHAP
+values are not a parameter: declaring an output named ``treeshap_output`` asks for them.
+
 This module turns a model's raw predictions into that output. It depends on numpy alone so the
 Python-backend twin of a FIL model (for Triton deployments without the FIL backend) can ship it
 beside its ``model.py`` and give the same answers.
@@ -15,7 +18,7 @@ beside its ``model.py`` and give the same answers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,14 +46,16 @@ class FilSettings:
     treeshap_output: bool = False
 
     @classmethod
-    def from_parameters(cls, parameters: Mapping[str, str]) -> FilSettings:
-        """Read the string parameters of a FIL ``config.pbtxt``; bad values raise ValueError."""
+    def from_parameters(cls, parameters: Mapping[str, str], output_names: Iterable[str] = ()) -> FilSettings:
+        """Read the string parameters (and output names) of a FIL ``config.pbtxt``; bad values
+        raise ValueError."""
         model_type = parameters.get("model_type", "")
         if model_type not in _MODEL_TYPES:
             raise ValueError(f"parameter 'model_type' must be one of {', '.join(_MODEL_TYPES)}, got '{model_type}'")
-        if "output_class" not in parameters:
-            raise ValueError("parameter 'output_class' is required ('true' for a classifier)")
-        output_class = _flag(parameters, "output_class", "false")
+        classifier_key = "is_classifier" if "is_classifier" in parameters else "output_class"
+        if classifier_key not in parameters:
+            raise ValueError("parameter 'output_class' (or 'is_classifier') is required ('true' for a classifier)")
+        output_class = _flag(parameters, classifier_key, "false")
         try:
             threshold = float(parameters.get("threshold", "0.5"))
         except ValueError:
@@ -60,7 +65,7 @@ class FilSettings:
             output_class=output_class,
             predict_proba=_flag(parameters, "predict_proba", "false"),
             threshold=threshold,
-            treeshap_output=_flag(parameters, "treeshap_output", "false"),
+            treeshap_output="treeshap_output" in output_names,
         )
 
 

@@ -11,7 +11,7 @@ from triton_nb.repository.config import (
     parse_config,
     save_config,
 )
-from triton_nb.repository.export import BatchingOptions, export_fraud_repository
+from triton_nb.repository.export import BatchingOptions, export_fraud_repository, export_tree_model
 from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository
 from triton_nb.repository.sagemaker import SageMakerPackage, package_for_sagemaker
 from triton_nb.repository.validate import validate_repository
@@ -27,6 +27,7 @@ __all__ = [
     "config_to_json",
     "effective_config",
     "export_fraud_repository",
+    "export_tree_model",
     "format_config",
     "load_config",
     "package_for_sagemaker",

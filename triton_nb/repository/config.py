@@ -76,12 +76,13 @@ _FIL_PARAMETERS: dict[str, tuple[str, ...] | None] = {
     "transfer_threshold": None,
     "use_experimental_optimizations": _FIL_BOOLEAN,
     "layout": ("depth_first", "breadth_first", "layered"),
-    "treeshap_output": _FIL_BOOLEAN,
+    "chunk_size": None,
+    "is_classifier": _FIL_BOOLEAN,
     "cpu_nthread": None,
     "xgboost_allow_unknown_field": _FIL_BOOLEAN,
 }
 _FIL_NUMERIC = {"threshold": float, "threads_per_tree": int, "blocks_per_sm": int,
-                "transfer_threshold": int, "cpu_nthread": int}
+                "transfer_threshold": int, "cpu_nthread": int, "chunk_size": int}
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,10 @@ def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:
 
     parameters = fil_parameters(config)
     for name, value in parameters.items():
+        if name == "treeshap_output":
+            problems.append(Problem(model, file, f"parameters.{name}", "not a FIL parameter: the FIL backend "
+                                    "computes SHAP values when an output is named 'treeshap_output'", "warning"))
+            continue
         if name not in _FIL_PARAMETERS:
             problems.append(Problem(model, file, f"parameters.{name}", "not a FIL backend parameter", "warning"))
             continue
@@ -340,9 +345,11 @@ def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:
                 problem(f"parameters.{name}", f"'{value}' is not a number")
     if "model_type" not in parameters:
         problem("parameters.model_type", f"required; one of {', '.join(FIL_MODEL_FILENAMES)}")
-    if "output_class" not in parameters:
+    # is_classifier is the name since FIL 25.09; output_class still works there.
+    classifier = parameters.get("is_classifier", parameters.get("output_class"))
+    if classifier is None:
         problem("parameters.output_class", "required: 'true' for a classifier, 'false' for a regressor")
-    elif parameters["output_class"] == "true" and "threshold" not in parameters:
+    elif classifier == "true" and "threshold" not in parameters:
         problem("parameters.threshold", "required for a classifier (output_class 'true')")
     if len(config.input) != 1 or config.input[0].name != "input__0":
         problem("input", "the FIL backend takes exactly one input, named 'input__0'")
@@ -356,17 +363,12 @@ def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:
             problem("output", f"'{name}' is not an output of the FIL backend (output__0, treeshap_output)")
         elif tensor.data_type != mc.TYPE_FP32:
             problem("output", f"{name} must be TYPE_FP32")
-    treeshap = parameters.get("treeshap_output") == "true"
-    if treeshap and "treeshap_output" not in outputs:
-        problem("output", "treeshap_output 'true' needs an output named 'treeshap_output'")
-    if not treeshap and "treeshap_output" in outputs:
-        problem("parameters.treeshap_output", "output 'treeshap_output' is declared but treeshap_output is not 'true'")
-    if treeshap and "treeshap_output" in outputs and len(config.input) == 1:
+    if "treeshap_output" in outputs and len(config.input) == 1:
         features = _dims(config.input[0])
         shap_dims = _dims(outputs["treeshap_output"])
         if features and features[-1] > 0 and shap_dims and shap_dims[-1] not in (-1, features[-1] + 1):
             problem("output", f"treeshap_output dims {shap_dims} must end in num_features + 1 = {features[-1] + 1}")
-    is_class_output = parameters.get("output_class") == "true" and parameters.get("predict_proba") != "true"
+    is_class_output = classifier == "true" and parameters.get("predict_proba") != "true"
     if is_class_output and "output__0" in outputs and _dims(outputs["output__0"]) not in ([1], [-1]):
         problem("output", f"output__0 of a classifier without predict_proba has dims [1], not "
                     f"{_dims(outputs['output__0'])}")

@@ -35,7 +35,8 @@ from triton_nb.backends.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
 from triton_nb.fraud.train import TrainedFraudModel
-from triton_nb.repository.config import ModelConfig, save_config
+from triton_nb.repository.config import ModelConfig, check_model_config, save_config
+from triton_nb.repository.tree_export import describe_tree_model, write_fil_model_file, write_onnx_model
 from triton_nb.repository.validate import errors_only, validate_repository
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "TREE_MODEL",
     "BatchingOptions",
     "export_fraud_repository",
+    "export_tree_model",
 ]
 
 PREPROCESSING_MODEL = "preprocessing"
@@ -135,12 +137,13 @@ def _fil_parameters(settings: FilSettings, storage_type: str = "AUTO") -> dict[s
         "predict_proba": flag[settings.predict_proba],
         "threshold": repr(settings.threshold),
         "storage_type": storage_type,
-        "treeshap_output": flag[settings.treeshap_output],
     }
 
 
-def _tree_config(backend: str, settings: FilSettings, batching: BatchingOptions, num_features: int) -> ModelConfig:
-    config = ModelConfig(name=TREE_MODEL)
+def _tree_config(backend: str, settings: FilSettings, batching: BatchingOptions, num_features: int,
+                 output_dims: Sequence[int] = (1,), shap_dims: Sequence[int] | None = None,
+                 name: str = TREE_MODEL) -> ModelConfig:
+    config = ModelConfig(name=name)
     if backend == "onnxruntime":
         config.backend = "onnxruntime"
         config.platform = "onnxruntime_onnx"
@@ -149,9 +152,10 @@ def _tree_config(backend: str, settings: FilSettings, batching: BatchingOptions,
         for name, value in _fil_parameters(settings).items():
             config.parameters[name].string_value = value
     _tensor(config.input, "input__0", mc.TYPE_FP32, [num_features])
-    _tensor(config.output, "output__0", mc.TYPE_FP32, [1])
+    _tensor(config.output, "output__0", mc.TYPE_FP32, output_dims)
     if settings.treeshap_output:
-        _tensor(config.output, "treeshap_output", mc.TYPE_FP32, [num_features + 1])
+        # FIL computes SHAP values when this output is declared: one per feature, bias last.
+        _tensor(config.output, "treeshap_output", mc.TYPE_FP32, shap_dims or [num_features + 1])
     batching.apply(config)
     return config
 
@@ -224,20 +228,16 @@ def _place_execution_env(folder: Path, execution_env: str | os.PathLike[str]) ->
     return source.name
 
 
-def _write_tree_model(folder: Path, booster: Any, backend: str, settings: FilSettings,
-                      batching: BatchingOptions, num_features: int) -> None:
-    version = folder / "1"
-    version.mkdir(parents=True)
+def _write_tree_files(version: Path, model: Any, backend: str, settings: FilSettings, proba_width: int) -> str:
+    """The model files of one tree model's version folder; returns the FIL model_type used."""
     if backend == "onnxruntime":
-        from triton_nb.repository.tree_export import write_onnx_model
-
-        write_onnx_model(booster, version, settings)
-    else:
-        booster.save_model(version / "xgboost.json")
-        if backend == "python":
-            (version / "model.py").write_bytes(_template("tree_model.py"))
-            (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.backends", "fil_semantics.py"))
-    save_config(_tree_config(backend, settings, batching, num_features), folder)
+        write_onnx_model(model, version, settings, proba_width)
+        return settings.model_type
+    model_type, _ = write_fil_model_file(model, version, settings.model_type)
+    if backend == "python":
+        (version / "model.py").write_bytes(_template("tree_model.py"))
+        (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.backends", "fil_semantics.py"))
+    return model_type
 
 
 # --------------------------------------------------------------------------- writing safely
@@ -320,7 +320,8 @@ def export_fraud_repository(
     out_dir = Path(out_dir)
     with _staged_directory(out_dir, overwrite) as staging:
         _write_preprocessing(staging / PREPROCESSING_MODEL, model, batching, execution_env)
-        _write_tree_model(staging / TREE_MODEL, booster, model_backend, settings, batching, num_features)
+        _write_tree_files(staging / TREE_MODEL / "1", booster, model_backend, settings, proba_width=1)
+        save_config(_tree_config(model_backend, settings, batching, num_features), staging / TREE_MODEL)
         ensemble = staging / ENSEMBLE_MODEL
         (ensemble / "1").mkdir(parents=True)
         save_config(_ensemble_config(batching.max_batch_size, treeshap_output, num_features), ensemble)
@@ -328,3 +329,82 @@ def export_fraud_repository(
         if problems:  # a bug in the exporter, never the user's doing: say so plainly
             raise TritonNBError("the exported repository does not validate:\n" + "\n".join(map(str, problems)))
     return out_dir
+
+
+def export_tree_model(
+    model: Any,
+    repository: str | os.PathLike[str],
+    *,
+    name: str = TREE_MODEL,
+    model_backend: str = "fil",
+    model_type: str | None = None,
+    predict_proba: bool = False,
+    proba_width: int | None = None,
+    threshold: float = 0.5,
+    treeshap_output: bool = False,
+    batching: BatchingOptions | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Export any XGBoost, LightGBM or scikit-learn forest as model ``name`` of ``repository``.
+
+    The folder holds ``config.pbtxt`` (``input__0`` -> ``output__0`` with FIL's semantics) and
+    ``1/`` with the file the backend loads: ``xgboost.json``/``.ubj``, ``model.txt`` or
+    ``checkpoint.tl`` (scikit-learn, through Treelite) for ``"fil"``; ``model.onnx`` for
+    ``"onnxruntime"``; ``model.py`` with ``xgboost.json`` for ``"python"`` (XGBoost only).
+
+    ``output__0`` is the class (binary: 1.0 when ``p > threshold``; multiclass: argmax) or,
+    with ``predict_proba``, the probabilities: ``[num_classes]`` for multiclass, ``[2]`` (``1-p,
+    p``) or ``[1]`` (``proba_width=1``, P(class 1)) for binary. Regressors give their value.
+    ``treeshap_output`` adds the SHAP output (``[num_features + 1]``, or ``[num_classes,
+    num_features + 1]`` for multiclass; bias last).
+    """
+    if model_backend not in MODEL_BACKENDS:
+        raise InvalidArgumentError(f"model_backend must be one of {', '.join(MODEL_BACKENDS)}, got {model_backend!r}")
+    batching = batching or BatchingOptions()
+    batching.check()
+    info = describe_tree_model(model)
+    classifier = info.task != "regression"
+    if predict_proba and not classifier:
+        raise InvalidArgumentError(f"predict_proba needs a classifier; this {info.library} model is a regressor")
+    if model_backend == "python" and info.library != "xgboost":
+        raise InvalidArgumentError(f"model_backend 'python' serves XGBoost models; this is a {info.library} model")
+    if model_backend == "onnxruntime" and treeshap_output:
+        raise InvalidArgumentError("treeshap_output is a FIL feature; ONNX Runtime cannot produce SHAP values")
+    # Treelite imports scikit-learn's binary forests as two-class models: FIL then answers by
+    # argmax over two probabilities, so their probability output must be two wide.
+    two_class_forest = info.library == "sklearn" and info.task == "binary" and type(model).__name__ in (
+        "RandomForestClassifier", "ExtraTreesClassifier")
+    width = proba_width if proba_width is not None else 2
+    if width not in (1, 2) or (two_class_forest and predict_proba and width != 2):
+        raise InvalidArgumentError(
+            f"proba_width must be 1 or 2{' (2 for a scikit-learn binary forest)' if two_class_forest else ''}, "
+            f"got {width}"
+        )
+    if not predict_proba or info.task != "binary":
+        output_dims = [info.num_classes] if predict_proba else [1]
+    else:
+        output_dims = [width]
+    multiclass = info.task == "multiclass"
+    shap_dims = [info.num_classes, info.num_features + 1] if multiclass else [info.num_features + 1]
+    default_type = "xgboost_json" if model_backend == "python" else model_type
+    settings = FilSettings(
+        model_type=default_type or {"xgboost": "xgboost_json", "lightgbm": "lightgbm"}.get(
+            info.library, "treelite_checkpoint"),
+        output_class=classifier,
+        predict_proba=predict_proba,
+        threshold=float(threshold),
+        treeshap_output=treeshap_output,
+    )
+    target = Path(repository) / name
+    with _staged_directory(target, overwrite) as staging:
+        version = staging / "1"
+        version.mkdir()
+        model_type = _write_tree_files(version, model, model_backend, settings, width)
+        settings = FilSettings(model_type, settings.output_class, settings.predict_proba, settings.threshold,
+                               settings.treeshap_output)
+        config = _tree_config(model_backend, settings, batching, info.num_features, output_dims, shap_dims, name)
+        problems = [p for p in check_model_config(config, name) if p.severity == "error"]
+        if problems:
+            raise TritonNBError("the exported model does not validate:\n" + "\n".join(map(str, problems)))
+        save_config(config, staging)
+    return target
