@@ -12,10 +12,19 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The tests also run a real Triton server: the tritonserver binary that nvidia-pytriton ships
+# (--no-deps: its numpy<2 pin would downgrade the whole environment). Triton's Python-backend
+# stub is built against numpy 1.x, so it gets its own numpy<2 packages, searched first
+# (see tests/real_triton.py).
+$(BIN)/.triton-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet --no-deps nvidia-pytriton==0.7.0
+	$(BIN)/python -m pip install --quiet --upgrade --target $(VENV)/triton-stub-site "numpy<2" "pandas<3"
+	touch $@
+
 demo: $(BIN)/.installed
 	$(BIN)/triton-nb demo
 
-test: $(BIN)/.installed
+test: $(BIN)/.triton-installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -27,6 +27,18 @@ try:  # optional: a hash index beats binary search for large batches
 except ImportError:  # pragma: no cover - exercised in Triton images without pandas
     _pd = None
 
+# numpy >= 2 has fast string ufuncs in numpy.strings. Triton's Python backend (24.x and the
+# stub in nvidia-pytriton) is built against numpy 1.x and corrupts tensors under numpy 2, so a
+# Triton image has numpy 1.x, where numpy.char offers the same functions.
+_str = getattr(np, "strings", None) or np.char
+
+
+def _partition(values: np.ndarray, separator: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    parts = _str.partition(values, separator)
+    if isinstance(parts, tuple):  # numpy.strings
+        return parts
+    return parts[..., 0], parts[..., 1], parts[..., 2]  # numpy.char stacks the parts
+
 __all__ = [
     "ENCODED_COLUMNS",
     "FEATURE_NAMES",
@@ -129,7 +141,7 @@ def _encode_utf8(array: np.ndarray) -> np.ndarray:
     try:
         return array.astype("S")  # ASCII, the common case, converts in one C loop
     except UnicodeEncodeError:
-        return np.strings.encode(array.astype("U"), "utf-8")
+        return _str.encode(array.astype("U"), "utf-8")
 
 
 def _as_bytes(array: np.ndarray, column: str) -> np.ndarray:
@@ -184,30 +196,30 @@ def _in_sorted(table: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _is_missing(raw: np.ndarray) -> np.ndarray:
-    return _in_sorted(_MISSING, np.strings.strip(raw))
+    return _in_sorted(_MISSING, _str.strip(raw))
 
 
 def _canonical_integer_bytes(text: np.ndarray) -> np.ndarray:
     """``b"77539.0"``, ``b"077539"``, ``b"77539"`` -> ``b"77539"``; other text unchanged."""
-    head, dot, fraction = np.strings.partition(text, b".")
-    integral = (dot == b"") | (np.strings.strip(fraction, b"0") == b"")
-    negative = np.strings.startswith(head, b"-")
-    digits = np.where(negative, np.strings.slice(head, 1, None), head)
-    numeric = integral & np.strings.isdigit(digits)
+    head, dot, fraction = _partition(text, b".")
+    integral = (dot == b"") | (_str.strip(fraction, b"0") == b"")
+    negative = _str.startswith(head, b"-")
+    digits = np.where(negative, _partition(head, b"-")[2], head)  # drop the one leading "-"
+    numeric = integral & _str.isdigit(digits)
     if not numeric.any():
         return text
-    digits = np.strings.lstrip(digits, b"0")
+    digits = _str.lstrip(digits, b"0")
     digits = np.where(digits == b"", b"0", digits)
-    signed = np.where(negative & (digits != b"0"), np.strings.add(b"-", digits), digits)
+    signed = np.where(negative & (digits != b"0"), _str.add(b"-", digits), digits)
     return np.where(numeric, signed, text)
 
 
 def _canonical_bytes(raw: np.ndarray, column: str, unknown: bytes) -> np.ndarray:
     """The canonical form of one category column: stripped, integer codes normalised,
     missing values replaced by ``unknown``."""
-    text = np.strings.strip(raw)
+    text = _str.strip(raw)
     try:
-        np.strings.decode(text, "utf-8")
+        _str.decode(text, "utf-8")
     except UnicodeDecodeError as exc:
         raise FeatureInputError(f"column '{column}' holds bytes that are not valid UTF-8: {exc}") from None
     missing = _in_sorted(_MISSING, text)
@@ -235,7 +247,7 @@ def canonical_category_arrays(arrays: Mapping[str, np.ndarray], unknown: str = U
     text["Merchant State"], text["Zip"] = _apply_location_rules(
         text["Merchant City"], text["Merchant State"], text["Zip"]
     )
-    return {column: np.strings.decode(values, "utf-8") for column, values in text.items()}
+    return {column: _str.decode(values, "utf-8") for column, values in text.items()}
 
 
 def canonical_categories(data: Any, unknown_value: str = UNKNOWN) -> dict[str, np.ndarray]:
@@ -269,7 +281,7 @@ def _numeric(array: np.ndarray, column: str, currency: bool = False) -> np.ndarr
     else:
         text = _as_bytes(array, column)
         if currency:  # "$134.09", "$-64.00"
-            text = np.strings.lstrip(np.strings.strip(text), b"$")
+            text = _str.lstrip(_str.strip(text), b"$")
         try:
             values = text.astype(np.float64)
         except ValueError:
@@ -287,7 +299,7 @@ def _parse_slowly(text: np.ndarray, column: str) -> np.ndarray:
     missing = _is_missing(text)
     if missing.any():
         raise FeatureInputError(f"column '{column}' has missing value(s); a number is required")
-    text = np.strings.replace(text, b",", b"")
+    text = _str.replace(text, b",", b"")
     ok = np.array([_is_float(value) for value in text.tolist()], dtype=bool)
     if not ok.all():
         raise FeatureInputError(f"column '{column}' has non-numeric value(s): {_bad_values(text, ok)}")
@@ -310,13 +322,13 @@ def _hour_minute(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _hour_minute_slowly(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """"H:MM", "HH:MM:SS" and padded forms; and the error message for everything else."""
-    text = np.strings.strip(text)
+    text = _str.strip(text)
     if _is_missing(text).any():
         raise FeatureInputError("column 'Time' has missing value(s); expected \"HH:MM\"")
-    hour_text, colon, rest = np.strings.partition(text, b":")
-    minute_text = np.strings.partition(rest, b":")[0]
-    valid = (colon == b":") & np.strings.isdigit(hour_text) & np.strings.isdigit(minute_text)
-    valid &= (np.strings.str_len(hour_text) <= 2) & (np.strings.str_len(minute_text) == 2)
+    hour_text, colon, rest = _partition(text, b":")
+    minute_text = _partition(rest, b":")[0]
+    valid = (colon == b":") & _str.isdigit(hour_text) & _str.isdigit(minute_text)
+    valid &= (_str.str_len(hour_text) <= 2) & (_str.str_len(minute_text) == 2)
     if valid.all():
         hour = hour_text.astype(np.int64)
         minute = minute_text.astype(np.int64)
@@ -348,15 +360,15 @@ class _ColumnLookup:
         self.column = column
         self.unknown_code = unknown_code
         self.unknown = unknown
-        class_bytes = np.strings.encode(classes, "utf-8") if classes.size else np.array([], dtype="S1")
+        class_bytes = _str.encode(classes, "utf-8") if classes.size else np.array([], dtype="S1")
         self.class_bytes = class_bytes
         class_codes = np.arange(class_bytes.size, dtype=np.int64)
         reachable = _canonical_bytes(class_bytes, column, unknown) == class_bytes
         keys = [_MISSING, class_bytes[reachable]]
         codes = [np.full(_MISSING.size, unknown_code, dtype=np.int64), class_codes[reachable]]
         if column in _INTEGER_CODE_COLUMNS:
-            integers = reachable & np.strings.isdigit(np.strings.lstrip(class_bytes, b"-"))
-            keys.append(np.strings.add(class_bytes[integers], b".0"))
+            integers = reachable & _str.isdigit(_str.lstrip(class_bytes, b"-"))
+            keys.append(_str.add(class_bytes[integers], b".0"))
             codes.append(class_codes[integers])
         self.keys, first = np.unique(np.concatenate(keys), return_index=True)  # missing spellings win
         self.codes = np.concatenate(codes)[first]

@@ -50,7 +50,9 @@ class TritonPythonModel:
         outputs = fil_semantics.fil_output(self.booster.inplace_predict(features), self.settings, self.proba_width)
         shap = None
         if self.settings.treeshap_output:
-            shap = self.booster.predict(self.xgboost.DMatrix(features), pred_contribs=True).astype(np.float32)
+            # Tensors carry no feature names; the positions are the contract, as in FIL.
+            matrix = self.xgboost.DMatrix(features)
+            shap = self.booster.predict(matrix, pred_contribs=True, validate_features=False).astype(np.float32)
         responses = []
         start = 0
         for array in arrays:
