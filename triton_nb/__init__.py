@@ -4,6 +4,7 @@ The public API is what ``__all__`` lists; everything else is private implementat
 """
 
 from triton_nb import errors, fraud
+from triton_nb.client import InferResult, InProcessClient
 from triton_nb.errors import (
     InvalidArgumentError,
     MissingDependencyError,
@@ -12,10 +13,14 @@ from triton_nb.errors import (
     UnavailableError,
     UnsafeFileError,
 )
+from triton_nb.server.core import InferenceServer, serve
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "InProcessClient",
+    "InferResult",
+    "InferenceServer",
     "InvalidArgumentError",
     "MissingDependencyError",
     "NotFoundError",
@@ -25,4 +30,5 @@ __all__ = [
     "__version__",
     "errors",
     "fraud",
+    "serve",
 ]

@@ -66,7 +66,9 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=[output])
         except (fraud_encoding.FeatureInputError, ValueError) as exc:
             message = f"model '{self.model_name}': {exc}"
-            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+            return pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+            )
 
     def finalize(self):
         self.encoder = None

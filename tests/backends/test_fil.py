@@ -1,0 +1,446 @@
+"""FilBackend: Triton's FIL backend on CPU — FIL's outputs from every engine, SHAP values, the
+background tl2cgen compilation and its cache, and clear load failures."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+import xgboost as xgb
+from sklearn.datasets import make_classification
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+
+from triton_nb._optional import optional_module, xgboost_cuda_available
+from triton_nb.backends import fil
+from triton_nb.backends.base import ModelContext
+from triton_nb.backends.fil import FilBackend
+from triton_nb.backends.fil_semantics import FilSettings, fil_output
+from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from triton_nb.repository.config import effective_config, fil_parameters, load_config, save_config
+from triton_nb.repository.export import export_tree_model
+from triton_nb.server.types import InferRequest
+
+FEATURES = 6
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    """One compiled-library cache for the whole session: each model compiles once."""
+    path = tmp_path_factory.mktemp("fil-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_NB_CACHE_DIR", str(path))
+        patch.delenv("TRITON_NB_FIL_COMPILE", raising=False)
+        yield path / "tl2cgen"
+
+
+@pytest.fixture(scope="session")
+def data():
+    X, y = make_classification(n_samples=600, n_features=FEATURES, n_informative=4, n_classes=3, random_state=0)
+    X = X.astype(np.float32)
+    rng = np.random.default_rng(0)
+    test = X[:200].copy()
+    test[rng.random(test.shape) < 0.05] = np.nan  # missing values take each tree's default branch
+    return X, y, (y > 0).astype(int), test
+
+
+@pytest.fixture(scope="session")
+def models(data):
+    X, y3, y2, _ = data
+    target = X[:, 0] * 3 + X[:, 1] ** 2
+    return {
+        "xgb_binary": xgb.XGBClassifier(n_estimators=20, max_depth=4, n_jobs=2).fit(X, y2),
+        "xgb_multi": xgb.XGBClassifier(n_estimators=10, max_depth=3, n_jobs=2).fit(X, y3),
+        "xgb_reg": xgb.XGBRegressor(n_estimators=20, max_depth=4, n_jobs=2).fit(X, target),
+        "lgb_binary": lgb.LGBMClassifier(n_estimators=20, num_leaves=15, verbose=-1, n_jobs=2).fit(X, y2),
+        "lgb_multi": lgb.LGBMClassifier(n_estimators=10, num_leaves=7, verbose=-1, n_jobs=2).fit(X, y3),
+        "rf_binary": RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0).fit(X, y2),
+        "rf_multi": RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0).fit(X, y3),
+        "rf_reg": RandomForestRegressor(n_estimators=10, max_depth=5, random_state=0).fit(X, target),
+    }
+
+
+@pytest.fixture
+def load(tmp_path):
+    """load(model, **export options, engine=..., compile=..., kind=...) -> a FilBackend, finalized at teardown."""
+    backends: list[FilBackend] = []
+
+    def make(model, *, name="m", engine=None, compile=True, kind="KIND_CPU", folder=None, **export):
+        if folder is None:
+            folder = export_tree_model(model, tmp_path / "repo", name=name, overwrite=True, **export)
+        backend = FilBackend(_context(folder, kind), engine=engine, compile=compile)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        backend.finalize()
+
+
+def _context(folder: Path, kind: str = "KIND_CPU") -> ModelContext:
+    config = effective_config(load_config(folder), folder.name)
+    return ModelContext(name=folder.name, version=1, config=config, model_path=folder, version_path=folder / "1",
+                        repository_path=folder.parent, instance_name=f"{folder.name}_0", instance_kind=kind)
+
+
+def _run(backend: FilBackend, x: np.ndarray, name: str = "output__0") -> np.ndarray:
+    (response,) = backend.execute([InferRequest("m", {"input__0": x})])
+    assert response.error is None
+    return response.outputs[name]
+
+
+def _settings(backend: FilBackend) -> FilSettings:
+    config = backend.context.config
+    return FilSettings.from_parameters(fil_parameters(config), [o.name for o in config.output])
+
+
+# --------------------------------------------------------------------------- FIL outputs vs the native libraries
+
+
+def test_xgboost_binary_class_with_threshold_and_probabilities(models, data, load):
+    model, x = models["xgb_binary"], data[3]
+    p = model.get_booster().inplace_predict(x)
+    backend = load(model, threshold=0.3)
+    got = _run(backend, x)
+    assert got.dtype == np.float32 and got.shape == (len(x), 1)
+    np.testing.assert_array_equal(got, fil_output(p, _settings(backend)))
+    np.testing.assert_array_equal(got[:, 0], (p > 0.3).astype(np.float32))
+    for width in (1, 2):
+        backend = load(model, name=f"p{width}", predict_proba=True, proba_width=width)
+        got = _run(backend, x)
+        assert got.shape == (len(x), width)
+        np.testing.assert_allclose(got, fil_output(p, _settings(backend), width), atol=1e-6)
+    np.testing.assert_allclose(got, np.column_stack([1 - p, p]), atol=1e-6)
+
+
+def test_xgboost_multiclass_and_regression(models, data, load):
+    x = data[3]
+    model = models["xgb_multi"]
+    p = model.get_booster().inplace_predict(x)
+    np.testing.assert_array_equal(_run(load(model), x)[:, 0], p.argmax(axis=1).astype(np.float32))
+    np.testing.assert_allclose(_run(load(model, name="proba", predict_proba=True), x), p, atol=1e-6)
+
+    regressor = models["xgb_reg"]
+    got = _run(load(regressor, name="reg"), x)
+    assert got.shape == (len(x), 1)
+    np.testing.assert_allclose(got[:, 0], regressor.get_booster().inplace_predict(x), rtol=1e-5, atol=1e-5)
+
+
+def test_lightgbm_binary(models, data, load):
+    model, x = models["lgb_binary"], data[3]
+    p = model.booster_.predict(x)
+    backend = load(model, threshold=0.3)
+    assert backend.settings.model_type == "lightgbm"
+    np.testing.assert_array_equal(_run(backend, x), fil_output(p, _settings(backend)))
+    np.testing.assert_allclose(_run(load(model, name="proba", predict_proba=True), x),
+                               np.column_stack([1 - p, p]), atol=1e-6)
+
+
+def test_sklearn_forests_through_treelite_checkpoints(models, data, load):
+    x = data[3]
+    x_filled = np.nan_to_num(x)  # scikit-learn < 1.4 trees reject NaN; compare on complete rows
+    binary = models["rf_binary"]
+    backend = load(binary)
+    assert backend.settings.model_type == "treelite_checkpoint"
+    # A two-class model in Treelite: FIL answers by argmax over the two probabilities.
+    np.testing.assert_array_equal(_run(backend, x_filled)[:, 0], binary.predict(x_filled).astype(np.float32))
+    np.testing.assert_allclose(_run(load(binary, name="p", predict_proba=True), x_filled),
+                               binary.predict_proba(x_filled), atol=1e-6)
+
+    multi = models["rf_multi"]
+    np.testing.assert_array_equal(_run(load(multi, name="mc"), x_filled)[:, 0],
+                                  multi.predict(x_filled).astype(np.float32))
+    np.testing.assert_allclose(_run(load(multi, name="mcp", predict_proba=True), x_filled),
+                               multi.predict_proba(x_filled), atol=1e-6)
+
+    regressor = models["rf_reg"]
+    np.testing.assert_allclose(_run(load(regressor, name="reg"), x_filled)[:, 0], regressor.predict(x_filled),
+                               rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- SHAP
+
+
+def test_xgboost_shap_binary_and_multiclass(models, data, load):
+    x = data[3]
+    binary = models["xgb_binary"]
+    backend = load(binary, treeshap_output=True)
+    shap = _run(backend, x, "treeshap_output")
+    assert shap.dtype == np.float32 and shap.shape == (len(x), FEATURES + 1)
+    expected = binary.get_booster().predict(xgb.DMatrix(x), pred_contribs=True)
+    np.testing.assert_allclose(shap, expected, rtol=1e-5, atol=1e-5)
+    assert np.ptp(shap[:, -1]) == 0  # the bias is last: the same for every row
+    margin = binary.get_booster().inplace_predict(x, predict_type="margin")
+    np.testing.assert_allclose(shap.sum(axis=1), margin, rtol=1e-4, atol=1e-4)
+
+    multi = models["xgb_multi"]
+    shap = _run(load(multi, name="mc", treeshap_output=True, predict_proba=True), x, "treeshap_output")
+    assert shap.shape == (len(x), 3, FEATURES + 1)
+    np.testing.assert_allclose(shap, multi.get_booster().predict(xgb.DMatrix(x), pred_contribs=True),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_lightgbm_shap_is_bias_last_and_class_major(models, data, load):
+    x = data[3]
+    binary = models["lgb_binary"]
+    shap = _run(load(binary, treeshap_output=True), x, "treeshap_output")
+    assert shap.shape == (len(x), FEATURES + 1)
+    np.testing.assert_allclose(shap, binary.booster_.predict(x, pred_contrib=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(shap.sum(axis=1), binary.booster_.predict(x, raw_score=True), rtol=1e-4, atol=1e-4)
+
+    multi = models["lgb_multi"]
+    shap = _run(load(multi, name="mc", treeshap_output=True), x, "treeshap_output")
+    assert shap.shape == (len(x), 3, FEATURES + 1)
+    # LightGBM's columns are class by class; each class's contributions sum to its raw score.
+    np.testing.assert_allclose(shap.sum(axis=2), multi.booster_.predict(x, raw_score=True), rtol=1e-4, atol=1e-4)
+    assert np.all(np.ptp(shap[:, :, -1], axis=0) == 0)
+
+
+def test_treelite_checkpoint_with_shap_fails_at_load(models, load):
+    with pytest.raises(InvalidArgumentError, match=r"treeshap_output.*treelite_checkpoint"):
+        load(models["rf_reg"], treeshap_output=True)
+
+
+# --------------------------------------------------------------------------- batching and engines
+
+
+def test_requests_are_batched_together_and_split_back(models, data, load):
+    x = data[3]
+    backend = load(models["xgb_multi"], predict_proba=True, treeshap_output=True)
+    sizes = (1, 5, 17)
+    chunks = np.split(x[: sum(sizes)], np.cumsum(sizes)[:-1])
+    requests = [InferRequest("m", {"input__0": chunk}, request_id=str(i), requested_outputs=["output__0"])
+                for i, chunk in enumerate(chunks)]
+    responses = backend.execute(requests)
+    whole = backend.execute([InferRequest("m", {"input__0": x[: sum(sizes)]})])[0].outputs
+    start = 0
+    for size, request, response in zip(sizes, requests, responses, strict=True):
+        assert response.error is None and response.request_id == request.request_id
+        assert response.model_name == "m" and response.model_version == 1
+        assert response.outputs["output__0"].shape == (size, 3)
+        assert response.outputs["treeshap_output"].shape == (size, 3, FEATURES + 1)  # all outputs: the server filters
+        np.testing.assert_allclose(response.outputs["output__0"], whole["output__0"][start:start + size], atol=1e-6)
+        np.testing.assert_allclose(response.outputs["treeshap_output"], whole["treeshap_output"][start:start + size],
+                                   atol=1e-5)
+        start += size
+    # A malformed request fails alone.
+    bad, good = backend.execute([InferRequest("m", {"input__0": x[:2, :3]}), InferRequest("m", {"input__0": x[:2]})])
+    assert isinstance(bad.error, InvalidArgumentError) and good.error is None
+
+
+@pytest.mark.parametrize("name", ["xgb_binary", "xgb_multi", "xgb_reg", "lgb_binary", "lgb_multi", "rf_binary",
+                                  "rf_multi", "rf_reg"])
+def test_every_engine_gives_the_same_outputs(name, models, data, load):
+    model, x = models[name], data[3]
+    proba = "reg" not in name
+    reference = load(model, compile=False, predict_proba=proba)
+    engines = set(reference.engines) | {"tl2cgen"}
+    assert "gtil" in engines
+    outputs = {}
+    for engine in sorted(engines):
+        backend = load(model, name=f"m_{engine}", engine=engine, predict_proba=proba)
+        assert backend.engines == (engine,)
+        # Both sides of every size band: 1 row, a few, and many (the compiled engine uses threads from 64).
+        outputs[engine] = np.concatenate([_run(backend, x[:1]), _run(backend, x[:7]), _run(backend, x)])
+    first = next(iter(outputs.values()))
+    for engine, got in outputs.items():
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, first, rtol=1e-5, atol=1e-5, err_msg=engine)
+
+
+def test_the_selector_follows_a_lasting_change_but_not_an_outlier():
+    fast, slow = fil._Candidate("fast", 1, lambda x: x), fil._Candidate("slow", 2, lambda x: x)
+    sizes = fil._CALIBRATION_SIZES
+    selector = fil._Selector([fast, slow], {"fast/1": {s: 1e-6 * s for s in sizes},
+                                            "slow/2": {s: 2e-6 * s for s in sizes}})
+    band, rows = 2, 64
+    cost = [1e-6, 2e-6]
+
+    def serve(batches):
+        used = []
+        for _ in range(batches):
+            index = selector.pick(band)
+            selector.record(band, index, rows, cost[index] * rows)
+            used.append(index)
+        return used
+
+    assert selector.best(band) is fast
+    used = serve(300)
+    assert 0 < used.count(1) <= 300 * 0.05  # the other engine is re-measured, rarely
+    selector.record(band, 0, rows, 100 * cost[0] * rows)  # one preempted batch
+    assert selector.best(band) is fast
+    cost[0] = 10e-6  # a lasting slowdown (say, another process now takes a core)
+    serve(40)
+    assert selector.best(band) is slow
+    cost[0] = 1e-6
+    serve(300)
+    assert selector.best(band) is fast
+
+
+def test_cpu_nthread_sets_the_threads(models, data, tmp_path, load):
+    folder = export_tree_model(models["xgb_binary"], tmp_path / "repo", name="one")
+    config = load_config(folder)
+    config.parameters["cpu_nthread"].string_value = "1"
+    save_config(config, folder)
+    backend = load(None, folder=folder, compile=False)
+    assert backend.threads == 1
+    assert load(models["xgb_binary"], name="all", compile=False).threads >= 1
+
+
+# --------------------------------------------------------------------------- tl2cgen in the background
+
+
+def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data, load, monkeypatch, cache_dir):
+    model, x = models["xgb_reg"], data[3]
+    for path in cache_dir.glob("*"):  # this model may have been compiled by another test
+        path.unlink() if path.is_file() else shutil.rmtree(path)
+    gate = threading.Event()
+    compile_ = fil._Builder._compile
+
+    def gated(self):
+        assert gate.wait(30)
+        return compile_(self)
+
+    monkeypatch.setattr(fil._Builder, "_compile", gated)
+    backend = load(model)
+    try:
+        assert backend.compile_state == "compiling" and "tl2cgen" not in backend.engines
+        expected = model.get_booster().inplace_predict(x)
+        started = time.perf_counter()
+        np.testing.assert_allclose(_run(backend, x)[:, 0], expected, rtol=1e-5, atol=1e-5)  # served meanwhile
+        assert time.perf_counter() - started < 5
+        assert not backend.wait_compiled(timeout=0.05)
+    finally:
+        gate.set()
+    assert backend.wait_compiled(timeout=60), backend.compile_state
+    assert not backend.compiled_from_cache and "tl2cgen" in backend.engines
+    assert backend.engine_for(1) == "tl2cgen"  # a compiled tree walk beats every call overhead at batch 1
+    np.testing.assert_allclose(_run(backend, x[:1])[:, 0], expected[:1], rtol=1e-5, atol=1e-5)
+    libraries = list(cache_dir.glob("*.so"))
+    assert len(libraries) == 1 and not list(cache_dir.glob(".build-*"))
+
+    def no_compile(self):
+        raise AssertionError("the second load must find the cached library")
+
+    monkeypatch.setattr(fil._Builder, "_compile", no_compile)
+    second = load(model, name="again")
+    assert second.compile_state == "ready" and second.compiled_from_cache and second._thread is None
+    assert second.engine_for(1) == "tl2cgen"
+    np.testing.assert_allclose(_run(second, x)[:, 0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_instances_of_one_model_compile_it_once(models, data, load, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "own-cache"))
+    calls = []
+    compile_ = fil._Builder._compile
+
+    def counted(self):
+        calls.append(self.key)
+        return compile_(self)
+
+    monkeypatch.setattr(fil._Builder, "_compile", counted)
+    folder = export_tree_model(models["lgb_multi"], tmp_path / "repo", name="twice", predict_proba=True)
+    first, second = load(None, folder=folder), load(None, folder=folder)
+    assert first.wait_compiled(60) and second.wait_compiled(60)
+    assert len(calls) == 1 and len(list((tmp_path / "own-cache" / "tl2cgen").glob("*.so"))) == 1
+    x = data[3]
+    np.testing.assert_allclose(_run(first, x[:3]), _run(second, x[:3]), atol=1e-6)
+
+
+def test_finalize_stops_a_compilation_promptly(models, load, tmp_path, monkeypatch):
+    # A "compiler" that hangs on every translation unit (but answers --version and links).
+    fake = tmp_path / "slowcc"
+    fake.write_text('#!/bin/sh\ncase " $* " in *" -c "*) exec sleep 60;; esac\nexec cc "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "own-cache"))
+    backend = load(models["lgb_binary"])
+    assert backend.compile_state == "compiling"
+    deadline = time.monotonic() + 30
+    while not backend._builder._procs and time.monotonic() < deadline:
+        time.sleep(0.02)
+    procs = list(backend._builder._procs)
+    assert procs, "the compiler never started"
+    started = time.perf_counter()
+    backend.finalize()
+    assert time.perf_counter() - started < 1.0
+    assert not backend._thread.is_alive()
+    assert backend.compile_state == "cancelled"
+    assert all(proc.poll() is not None for proc in procs)  # compiler processes killed
+    ours = [t for t in threading.enumerate() if t.name.startswith("triton_nb-fil-compile") and t.is_alive()]
+    assert ours == []
+    assert not any(t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread())
+    assert not list((tmp_path / "own-cache" / "tl2cgen").glob("*.so"))
+
+
+def test_no_compiler_or_no_tl2cgen_falls_back_quietly(models, data, load, monkeypatch, caplog):
+    x = data[3]
+    expected = models["xgb_binary"].get_booster().inplace_predict(x)
+    monkeypatch.setattr(fil, "_logged_once", set())
+    for seam in ("_find_compiler", "_tl2cgen"):
+        with monkeypatch.context() as patch:
+            patch.setattr(fil, seam, lambda: None)
+            caplog.clear()
+            for name in ("a", "b"):
+                backend = load(models["xgb_binary"], name=f"{seam}{name}", predict_proba=True, proba_width=1)
+                assert backend.compile_state == "unavailable" and "tl2cgen" not in backend.engines
+                assert backend.wait_compiled(0) is False
+                np.testing.assert_allclose(_run(backend, x)[:, 0], expected, atol=1e-6)
+            messages = [r.getMessage() for r in caplog.records if "without compiled trees" in r.getMessage()]
+            assert len(messages) == 1  # logged once, not per load
+            assert ("compiler" if seam == "_find_compiler" else "tl2cgen") in messages[0]
+
+
+# --------------------------------------------------------------------------- load failures
+
+
+def test_broken_model_files_fail_the_load_clearly(models, tmp_path, load):
+    booster = models["xgb_binary"]
+    folder = export_tree_model(booster, tmp_path / "repo", name="truncated")
+    path = folder / "1" / "xgboost.json"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(InvalidArgumentError) as info:
+        load(None, folder=folder)
+    message = str(info.value)
+    assert "'truncated'" in message and str(path) in message and "xgboost_json" in message
+
+    folder = export_tree_model(booster, tmp_path / "repo", name="wrongtype")
+    config = load_config(folder)
+    config.parameters["model_type"].string_value = "lightgbm"
+    save_config(config, folder)
+    (folder / "1" / "xgboost.json").rename(folder / "1" / "model.txt")
+    with pytest.raises(InvalidArgumentError) as info:
+        load(None, folder=folder)
+    message = str(info.value)
+    assert "'wrongtype'" in message and "model.txt" in message and "'lightgbm'" in message
+
+    folder = export_tree_model(booster, tmp_path / "repo", name="missing")
+    (folder / "1" / "xgboost.json").unlink()
+    with pytest.raises(NotFoundError) as info:
+        load(None, folder=folder)
+    message = str(info.value)
+    assert "'missing'" in message and "xgboost.json" in message and "xgboost_json" in message
+
+
+def test_output_dims_that_do_not_fit_the_model_fail_the_load(models, tmp_path, load):
+    folder = export_tree_model(models["xgb_multi"], tmp_path / "repo", name="dims", predict_proba=True)
+    config = load_config(folder)
+    del config.output[0].dims[:]
+    config.output[0].dims.append(2)  # three classes
+    save_config(config, folder)
+    with pytest.raises(InvalidArgumentError, match=r"output 'output__0'.*\[2\].*\[3\]"):
+        load(None, folder=folder)
+
+
+def test_kind_gpu_without_a_gpu_fails_clearly(models, load):
+    if optional_module("cuml") is not None or xgboost_cuda_available():
+        pytest.skip("this machine has a GPU engine")
+    with pytest.raises(UnavailableError, match=r"model 'gpu'.*KIND_GPU.*no GPU"):
+        load(models["xgb_binary"], name="gpu", kind="KIND_GPU")

@@ -1,0 +1,253 @@
+"""Triton's dynamic-batcher semantics, with a deterministic fake backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, wait
+
+import numpy as np
+import pytest
+
+from triton_nb.errors import InternalError, UnavailableError
+from triton_nb.server.batcher import QueuePolicy, Scheduler, SchedulerSettings
+from triton_nb.server.types import InferRequest, InferResponse
+
+
+class Recorder:
+    """A fake backend: records each batch (rows and request ids) and echoes the inputs."""
+
+    def __init__(self, sleep_s: float = 0.0, fail_first: bool = False) -> None:
+        self.batches: list[list[str]] = []
+        self.rows: list[int] = []
+        self.times: list[float] = []
+        self.sleep_s = sleep_s
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+
+    def __call__(self, instance, requests):
+        with self.lock:
+            self.batches.append([r.request_id for r in requests])
+            self.rows.append(sum(r.inputs["x"].shape[0] for r in requests))
+            self.times.append(time.monotonic())
+            fail = self.fail_first and len(self.batches) == 1
+        if callable(self.sleep_s):
+            time.sleep(self.sleep_s(requests))
+        elif self.sleep_s:
+            time.sleep(self.sleep_s)
+        if fail:
+            raise InternalError("boom")
+        return [InferResponse("m", 1, {"y": r.inputs["x"] * 2}, r.request_id) for r in requests]
+
+
+def request(rid: str, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0) -> InferRequest:
+    return InferRequest("m", {"x": np.ones((rows, width), np.float32)}, request_id=rid, priority=priority,
+                        timeout_microseconds=timeout_us)
+
+
+def submit(scheduler: Scheduler, req: InferRequest) -> Future:
+    future: Future = Future()
+    scheduler.enqueue(req, future)
+    return future
+
+
+def make(settings: SchedulerSettings, recorder: Recorder, instances: int = 1, start: bool = True) -> Scheduler:
+    scheduler = Scheduler("m", 1, settings, recorder)
+    if start:
+        for i in range(instances):
+            scheduler.add_instance(object(), f"w{i}")
+    return scheduler
+
+
+DYNAMIC = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=2_000_000)
+
+
+def test_preferred_size_leaves_without_waiting_for_the_delay():
+    recorder = Recorder()
+    scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (4,)}), recorder)
+    started = time.monotonic()
+    futures = [submit(scheduler, request(str(i))) for i in range(4)]
+    wait(futures, timeout=5)
+    assert recorder.rows == [4]
+    assert time.monotonic() - started < 1.5  # well before the 2 s delay
+    assert all(f.result().outputs["y"].shape == (1, 2) for f in futures)
+    scheduler.stop()
+
+
+def test_largest_reachable_preferred_size_and_rows_not_requests():
+    recorder = Recorder()
+    scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (2, 6)}), recorder,
+                     start=False)
+    futures = [submit(scheduler, request("a", rows=3)), submit(scheduler, request("b", rows=3)),
+               submit(scheduler, request("c", rows=1))]
+    scheduler.add_instance(object(), "w0")
+    wait(futures[:2], timeout=5)
+    assert recorder.batches[0] == ["a", "b"] and recorder.rows[0] == 6
+    scheduler.stop(drain=False)
+
+
+def test_delay_is_timed_from_the_oldest_request():
+    recorder = Recorder()
+    settings = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=600_000)
+    scheduler = make(settings, recorder)
+    first = time.monotonic()
+    futures = [submit(scheduler, request("old"))]
+    time.sleep(0.25)
+    futures.append(submit(scheduler, request("new")))
+    wait(futures, timeout=5)
+    assert recorder.batches == [["old", "new"]]
+    waited = recorder.times[0] - first
+    # due 600 ms after the oldest; timing from the newest would be 850 ms
+    assert 0.55 <= waited < 0.84, waited
+    scheduler.stop()
+
+
+def test_max_batch_size_and_zero_delay():
+    recorder = Recorder(sleep_s=0.01)
+    settings = SchedulerSettings(max_batch_size=4, dynamic_batching=True, max_queue_delay_microseconds=0)
+    scheduler = make(settings, recorder, start=False)
+    futures = [submit(scheduler, request(str(i))) for i in range(10)]
+    scheduler.add_instance(object(), "w0")
+    wait(futures, timeout=5)
+    assert sum(recorder.rows) == 10 and max(recorder.rows) == 4
+    assert recorder.rows[:2] == [4, 4]
+    scheduler.stop()
+
+
+def test_requests_with_different_shapes_are_not_batched_together():
+    recorder = Recorder()
+    settings = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=0)
+    scheduler = make(settings, recorder, start=False)
+    futures = [submit(scheduler, request("a", width=2)), submit(scheduler, request("b", width=3)),
+               submit(scheduler, request("c", width=3))]
+    scheduler.add_instance(object(), "w0")
+    wait(futures, timeout=5)
+    assert recorder.batches == [["a"], ["b", "c"]]
+    scheduler.stop()
+
+
+def test_without_dynamic_batching_requests_run_alone():
+    recorder = Recorder()
+    scheduler = make(SchedulerSettings(max_batch_size=8), recorder, start=False)
+    futures = [submit(scheduler, request(str(i))) for i in range(3)]
+    scheduler.add_instance(object(), "w0")
+    wait(futures, timeout=5)
+    assert recorder.batches == [["0"], ["1"], ["2"]]
+    scheduler.stop()
+
+
+def test_priorities_and_fifo_within_a_level():
+    recorder = Recorder()
+    settings = SchedulerSettings(max_batch_size=1, dynamic_batching=True, priority_levels=2,
+                                 default_priority_level=2)
+    scheduler = make(settings, recorder, start=False)
+    futures = [submit(scheduler, request("low1")), submit(scheduler, request("low2", priority=2)),
+               submit(scheduler, request("high", priority=1))]
+    scheduler.add_instance(object(), "w0")
+    wait(futures, timeout=5)
+    assert recorder.batches == [["high"], ["low1"], ["low2"]]
+    with pytest.raises(Exception, match=r"priority 3 is outside 1\.\.2"):
+        submit(scheduler, request("x", priority=3))
+    scheduler.stop()
+
+
+def test_queue_full_is_rejected_at_once():
+    settings = SchedulerSettings(max_batch_size=4, dynamic_batching=True,
+                                 default_queue_policy=QueuePolicy(max_queue_size=2))
+    scheduler = make(settings, Recorder(), start=False)
+    submit(scheduler, request("a"))
+    submit(scheduler, request("b"))
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        submit(scheduler, request("c"))
+    scheduler.stop(drain=False)
+
+
+def test_timeout_reject_and_delay():
+    recorder = Recorder()
+    reject = SchedulerSettings(max_batch_size=4, dynamic_batching=True, default_queue_policy=QueuePolicy(
+        default_timeout_microseconds=50_000))
+    scheduler = make(reject, recorder, start=False)
+    late = submit(scheduler, request("late"))
+    time.sleep(0.15)
+    scheduler.add_instance(object(), "w0")
+    with pytest.raises(UnavailableError, match="Request timeout expired"):
+        late.result(timeout=5)
+    assert recorder.batches == []
+    scheduler.stop()
+
+    delay = SchedulerSettings(max_batch_size=1, dynamic_batching=True, default_queue_policy=QueuePolicy(
+        default_timeout_microseconds=50_000, delay_on_timeout=True, allow_timeout_override=True))
+    recorder = Recorder()
+    scheduler = make(delay, recorder, start=False)
+    slow = submit(scheduler, request("expired"))
+    time.sleep(0.15)
+    fresh = submit(scheduler, request("fresh", timeout_us=10_000_000))  # override: not expired
+    scheduler.add_instance(object(), "w0")
+    wait([slow, fresh], timeout=5)
+    assert slow.result() and fresh.result()
+    assert recorder.batches == [["fresh"], ["expired"]]  # the delayed one waits behind on-time ones
+    scheduler.stop()
+
+
+def test_preserve_ordering_across_instances():
+    order: list[str] = []
+    recorder = Recorder(sleep_s=lambda reqs: 0.3 if reqs[0].request_id == "first" else 0.0)
+    settings = SchedulerSettings(max_batch_size=1, dynamic_batching=True, preserve_ordering=True)
+    scheduler = make(settings, recorder, instances=2)
+    first = submit(scheduler, request("first"))
+    time.sleep(0.05)
+    second = submit(scheduler, request("second"))
+    for name, future in (("first", first), ("second", second)):
+        future.add_done_callback(lambda f, n=name: order.append(n))
+    wait([first, second], timeout=5)
+    assert order == ["first", "second"]
+    scheduler.stop()
+
+
+def test_a_failing_batch_fails_its_requests_only():
+    recorder = Recorder(fail_first=True)
+    scheduler = make(SchedulerSettings(max_batch_size=4), recorder)
+    bad = submit(scheduler, request("a"))
+    with pytest.raises(InternalError, match="boom"):
+        bad.result(timeout=5)
+    assert submit(scheduler, request("b")).result(timeout=5).request_id == "b"
+    scheduler.stop()
+
+
+def test_live_update_applies_to_the_next_batch():
+    recorder = Recorder()
+    scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (4,)}), recorder)
+    scheduler.update(preferred_batch_size=(2,))
+    futures = [submit(scheduler, request(str(i))) for i in range(2)]
+    wait(futures, timeout=5)
+    assert recorder.rows == [2]
+    scheduler.stop()
+
+
+def test_stop_fails_or_drains_queued_requests_and_joins_workers():
+    scheduler = make(SchedulerSettings(max_batch_size=4), Recorder(), start=False)
+    queued = submit(scheduler, request("q"))
+    scheduler.stop(drain=False)
+    with pytest.raises(UnavailableError, match="unloaded"):
+        queued.result(timeout=1)
+    with pytest.raises(UnavailableError, match="unloading"):
+        submit(scheduler, request("after"))
+    recorder = Recorder(sleep_s=0.05)
+    scheduler = make(SchedulerSettings(max_batch_size=4), recorder, start=False)
+    pending = [submit(scheduler, request(str(i))) for i in range(3)]
+    scheduler.add_instance(object(), "w0")
+    instances = scheduler.stop(drain=True)
+    assert all(f.result(timeout=0).request_id for f in pending)
+    assert len(instances) == 1
+    assert not [t for t in threading.enumerate() if t.name == "w0"]
+
+
+def test_instances_can_be_added_and_retired_live():
+    recorder = Recorder()
+    scheduler = make(SchedulerSettings(max_batch_size=4), recorder, instances=1)
+    scheduler.add_instance(object(), "extra")
+    assert scheduler.instance_count == 2
+    retired = scheduler.retire_instances(1)
+    assert len(retired) == 1 and scheduler.instance_count == 1
+    assert submit(scheduler, request("still")).result(timeout=5).request_id == "still"
+    scheduler.stop()

@@ -1,0 +1,72 @@
+"""The exported fraud repository served in-process: predictions equal XGBoost's."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from triton_nb import fraud, serve
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.repository import BatchingOptions, export_fraud_repository
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return fraud.generate_transactions(6000, seed=3, fraud_rate=0.05)
+
+
+@pytest.fixture(scope="module")
+def trained(frame):
+    return fraud.train_fraud_model(frame, num_boost_round=20, early_stopping_rounds=None, progress=False, nthread=2)
+
+
+@pytest.mark.parametrize("model_backend", ["fil", "python", "onnxruntime"])
+def test_raw_dataframe_into_the_ensemble(trained, frame, tmp_path, model_backend):
+    root = export_fraud_repository(trained, tmp_path / "repo", model_backend=model_backend)
+    rows = frame.sample(300, random_state=1)
+    expected = trained.predict(rows)
+    proba = trained.predict_proba(rows)
+    clear = np.abs(proba - trained.threshold) > 1e-4  # ONNX computes in float32
+    with serve(root) as server:
+        client = server.client()
+        result = client.infer("ensemble", rows)  # a raw TabFormer DataFrame just works
+        got = result.as_numpy("predictions")[:, 0]
+        np.testing.assert_array_equal(got[clear], expected[clear])
+        assert list(result.as_pandas().columns) == ["predictions"]
+        features = client.infer("preprocessing", rows.head(20)).as_numpy("OUTPUT")
+        np.testing.assert_array_equal(features, trained.features(rows.head(20)))
+
+
+def test_single_rows_batch_across_ensemble_requests(trained, frame, tmp_path):
+    batching = BatchingOptions(max_queue_delay_microseconds=20_000)
+    root = export_fraud_repository(trained, tmp_path / "repo", batching=batching, predict_proba=True)
+    rows = frame.head(120)
+    with serve(root) as server:
+        client = server.client()
+        with ThreadPoolExecutor(24) as pool:
+            got = list(pool.map(lambda i: client.infer("ensemble", rows.iloc[i:i + 1]).as_numpy("predictions")[0, 0],
+                                range(len(rows))))
+        np.testing.assert_allclose(got, trained.predict_proba(rows), rtol=1e-5)  # FIL sums in float32
+        stats = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
+        assert stats["ensemble"]["inference_stats"]["success"]["count"] == 120
+        assert stats["fil"]["execution_count"] < 120  # the composing models' batchers batched them
+        assert stats["preprocessing"]["execution_count"] < 120
+
+
+def test_awaitable_and_bad_rows(trained, frame, tmp_path):
+    root = export_fraud_repository(trained, tmp_path / "repo")
+    with serve(root) as server:
+        client = server.client()
+        result = asyncio.run(client.ainfer("ensemble", frame.head(5)))
+        assert result.as_numpy("predictions").shape == (5, 1)
+        bad = frame.head(3).copy()
+        bad["Amount"] = bad["Amount"].astype(object)
+        bad.loc[bad.index[1], "Amount"] = "twelve"
+        with pytest.raises(InvalidArgumentError, match=r"ensemble 'ensemble', step 0.*'Amount'.*twelve"):
+            client.infer("ensemble", bad)
+        with pytest.raises(InvalidArgumentError, match="no column\\(s\\) 'MCC'"):
+            client.infer("ensemble", frame.head(2).drop(columns=["MCC"]))
+        assert client.infer("ensemble", frame.head(2)).as_numpy("predictions").shape == (2, 1)

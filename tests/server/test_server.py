@@ -1,0 +1,266 @@
+"""The in-kernel server: lifecycle, model control, live updates, bad input, statistics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import write_scale_model
+
+import triton_nb
+from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from triton_nb.server.core import InferenceServer, serve
+
+
+def x(rows: int = 1) -> np.ndarray:
+    return np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+
+
+def threads_now() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+def test_serve_returns_at_once_and_stop_joins_everything(repo):
+    before = threads_now()
+    server = serve(repo)
+    assert server.is_server_live() and server.is_server_ready()
+    client = server.client()
+    np.testing.assert_array_equal(client.infer("scale", {"X": x(3)}).as_numpy("Y"), x(3) * 2)
+    assert any(name.startswith("triton-nb-scale") for name in threads_now())
+    server.stop()
+    server.stop()  # idempotent
+    assert threads_now() <= before
+    assert not server.is_server_live()
+    with pytest.raises(UnavailableError, match="stopped"):
+        client.infer("scale", {"X": x()})
+
+
+def test_context_manager_and_two_servers_in_one_process(repo, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    write_scale_model(other, factor=10.0)
+    with serve(repo) as first, serve(other) as second:
+        assert first.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 2.0
+        assert second.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 10.0
+
+
+def test_dynamic_batching_across_concurrent_requests(tmp_path):
+    write_scale_model(tmp_path, extra='dynamic_batching { max_queue_delay_microseconds: 20000 }\n'
+                      'parameters { key: "sleep_s" value: { string_value: "0.02" } }')
+    with serve(tmp_path) as server:
+        client = server.client()
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(lambda i: client.infer("scale", {"X": x() + i}).as_numpy("Y"), range(64)))
+        for i, result in enumerate(results):
+            np.testing.assert_array_equal(result, (x() + i) * 2)
+        stats = client.get_inference_statistics("scale")["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == 64
+        assert stats["inference_count"] == 64
+        assert stats["execution_count"] < 64  # requests were batched together
+        assert max(int(b["batch_size"]) for b in stats["batch_stats"]) > 1
+
+
+def test_model_control_modes(tmp_path):
+    write_scale_model(tmp_path, name="a")
+    write_scale_model(tmp_path, name="b")
+    with serve(tmp_path, model_control_mode="explicit", load_models=["a"]) as server:
+        assert server.is_model_ready("a") and not server.is_model_ready("b")
+        server.load_model("b")
+        assert server.is_model_ready("b")
+        server.unload_model("b")
+        assert not server.is_model_ready("b")
+        index = {(e["name"], e.get("state")) for e in server.repository_index()}
+        assert ("a", "READY") in index and ("b", "UNAVAILABLE") in index
+    with serve(tmp_path, model_control_mode="none") as server:
+        assert server.is_model_ready("a") and server.is_model_ready("b")
+        with pytest.raises(UnavailableError, match="not allowed if model control mode is NONE"):
+            server.load_model("a")
+    with serve(tmp_path, model_control_mode="poll", repository_poll_secs=3600) as server:
+        with pytest.raises(UnavailableError, match="not allowed if polling is enabled"):
+            server.unload_model("a")
+        write_scale_model(tmp_path, name="c", factor=3.0)
+        config = (tmp_path / "a" / "config.pbtxt").read_text().replace('"2.0"', '"5.0"')
+        (tmp_path / "a" / "config.pbtxt").write_text(config)
+        assert sorted(server.poll_once()) == ["a", "c"]
+        assert server.client().infer("a", {"X": x()}).as_numpy("Y")[0, 1] == 5.0
+        assert server.client().infer("c", {"X": x()}).as_numpy("Y")[0, 1] == 3.0
+        assert server.poll_once() == []
+    with pytest.raises(InvalidArgumentError, match="model_control_mode"):
+        InferenceServer(tmp_path, model_control_mode="sometimes")
+
+
+def test_a_model_that_fails_to_load_reports_why_and_others_serve(tmp_path):
+    write_scale_model(tmp_path, name="good")
+    bad = write_scale_model(tmp_path, name="bad")
+    (bad / "1" / "model.py").write_text("raise RuntimeError('cannot initialize: missing weights')\n")
+    broken = tmp_path / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text("name: [unterminated")
+    with serve(tmp_path) as server:
+        assert server.is_model_ready("good") and not server.is_server_ready()
+        index = {e["name"]: e for e in server.repository_index()}
+        assert index["bad"]["state"] == "UNAVAILABLE" and "missing weights" in index["bad"]["reason"]
+        assert index["broken"]["state"] == "UNAVAILABLE" and "config.pbtxt" in index["broken"]["reason"]
+        with pytest.raises(UnavailableError, match="missing weights"):
+            server.client().infer("bad", {"X": x()})
+        assert server.client().infer("good", {"X": x()}).as_numpy("Y") is not None
+
+
+def test_reload_under_load_has_zero_failures_and_switches(repo):
+    with serve(repo) as server:
+        client = server.client()
+        stop = threading.Event()
+        seen: list[float] = []
+        errors: list[BaseException] = []
+
+        def hammer():
+            while not stop.is_set():
+                try:
+                    seen.append(float(client.infer("scale", {"X": np.ones((1, 2), np.float32)}).as_numpy("Y")[0, 0]))
+                except BaseException as exc:
+                    errors.append(exc)
+
+        workers = [threading.Thread(target=hammer) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        time.sleep(0.2)
+        new_config = client.get_model_config("scale")
+        new_config["parameters"]["factor"]["string_value"] = "7.0"
+        client.load_model("scale", config=json.dumps(new_config))
+        time.sleep(0.3)
+        stop.set()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        assert seen[0] == 2.0 and seen[-1] == 7.0
+        assert set(seen) == {2.0, 7.0}
+
+
+def test_failed_reload_leaves_the_old_version_serving(repo):
+    with serve(repo) as server:
+        with pytest.raises(InvalidArgumentError):
+            server.load_model("scale", config={"name": "scale", "backend": "python", "max_batch_size": -3})
+        assert server.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 2.0
+
+
+def test_file_overrides_are_confined_to_the_model_folder(repo):
+    model_py = (repo / "scale" / "1" / "model.py").read_bytes()
+    config = (repo / "scale" / "config.pbtxt").read_text()
+    with serve(repo) as server:
+        for bad in ("file:../escape.py", "file:/etc/passwd", "file:1/../../x"):
+            with pytest.raises(InvalidArgumentError, match="relative path inside the model folder"):
+                server.load_model("scale", config=_json(config), files={bad: b"x"})
+        server.load_model("scale", config=_json(config.replace('"2.0"', '"4.0"')), files={"file:1/model.py": model_py})
+        assert server.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 4.0
+        with pytest.raises(InvalidArgumentError, match="need a config override"):
+            server.load_model("scale", files={"file:1/model.py": model_py})
+
+
+def _json(pbtxt: str) -> str:
+    from triton_nb.repository.config import config_to_json, parse_config
+
+    return json.dumps(config_to_json(parse_config(pbtxt)))
+
+
+def test_live_batching_knobs(repo):
+    with serve(repo) as server:
+        knobs = server.update_batching("scale", max_queue_delay_microseconds=500, preferred_batch_size=[2, 4],
+                                       max_batch_size=4, instance_count=3)
+        assert knobs == {"max_batch_size": 4, "max_queue_delay_microseconds": 500, "preferred_batch_size": [2, 4],
+                         "preserve_ordering": False, "instance_count": 3}
+        config = server.client().get_model_config("scale")
+        assert config["dynamic_batching"]["preferred_batch_size"] == [2, 4]
+        assert config["instance_group"][0]["count"] == 3
+        assert sum(name.startswith("triton-nb-scale") for name in threads_now()) == 3
+        with pytest.raises(InvalidArgumentError, match="between 1 and the model's limit 8"):
+            server.update_batching("scale", max_batch_size=64)
+        with pytest.raises(InvalidArgumentError, match="unknown batching knob"):
+            server.update_batching("scale", batch=3)
+        server.update_batching("scale", instance_count=1)
+        assert sum(name.startswith("triton-nb-scale") for name in threads_now()) == 1
+        assert server.client().infer("scale", {"X": x(4)}).as_numpy("Y").shape == (4, 2)
+        with pytest.raises(InvalidArgumentError, match="batch size 5"):
+            server.client().infer("scale", {"X": x(5)})  # the live max_batch_size is 4 now... and the config's 8
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda c: c.infer("scael", {"X": x()}), NotFoundError, "unknown model: 'scael' \\(did you mean 'scale'\\?\\)"),
+        (lambda c: c.infer("scale", {"X": x()}, model_version="9"), NotFoundError, "no ready version 9"),
+        (lambda c: c.infer("scale", {}), InvalidArgumentError, "missing input tensor\\(s\\) 'X'"),
+        (lambda c: c.infer("scale", {"X": x(), "Z": x()}), InvalidArgumentError, "unexpected input tensor\\(s\\) 'Z'"),
+        (lambda c: c.infer("scale", {"X": x().astype(np.float64)}), InvalidArgumentError,
+         "input 'X' expects datatype FP32, got FP64"),
+        (lambda c: c.infer("scale", {"X": np.ones((1, 3), np.float32)}), InvalidArgumentError,
+         "input 'X' has shape \\[1, 3\\]"),
+        (lambda c: c.infer("scale", {"X": x(9)}), InvalidArgumentError, "batch size 9 .* outside 1..8"),
+        (lambda c: c.infer("scale", {"X": np.array([["a", "b"]], dtype=object)}), InvalidArgumentError,
+         "expects datatype FP32"),
+        (lambda c: c.infer("scale", {"X": x()}, outputs=["W"]), InvalidArgumentError, "unknown output 'W'"),
+        (lambda c: c.infer("scale", {"X": np.full((1, 2), np.nan, np.float32)}), InvalidArgumentError,
+         "X has NaN"),
+    ],
+)
+def test_bad_input_is_named_counted_and_the_server_keeps_serving(repo, call, error, message):
+    with serve(repo) as server:
+        client = server.client()
+        with pytest.raises(error, match=message):
+            call(client)
+        assert client.infer("scale", {"X": x()}).as_numpy("Y") is not None
+        stats = client.get_inference_statistics("scale")["model_stats"][0]["inference_stats"]
+        if error is InvalidArgumentError:
+            assert stats["fail"]["count"] == 1
+        assert stats["success"]["count"] == 1
+
+
+def test_statistics_and_prometheus_metrics(repo):
+    with serve(repo) as server:
+        client = server.client()
+        for rows in (1, 2, 3):
+            client.infer("scale", {"X": x(rows)})
+        stats = client.get_inference_statistics("scale")["model_stats"][0]
+        assert stats["name"] == "scale" and stats["version"] == "1"
+        assert stats["inference_count"] == 6
+        assert stats["inference_stats"]["success"]["count"] == 3
+        assert stats["inference_stats"]["queue"]["ns"] > 0
+        text = server.stats.prometheus_text().decode()
+        assert 'nv_inference_request_success{model="scale",version="1"} 3' in text
+        assert 'nv_inference_count{model="scale",version="1"} 6' in text
+
+
+def test_metadata_and_config(repo):
+    with serve(repo) as server:
+        client = server.client()
+        metadata = client.get_model_metadata("scale")
+        assert metadata == {"name": "scale", "versions": ["1"], "platform": "python",
+                            "inputs": [{"name": "X", "datatype": "FP32", "shape": [-1, 2]}],
+                            "outputs": [{"name": "Y", "datatype": "FP32", "shape": [-1, 2]}]}
+        assert client.get_model_config("scale")["max_batch_size"] == 8
+        assert client.is_model_ready("scale") and client.is_server_ready()
+
+
+def test_stop_answers_or_fails_in_flight_requests_promptly(tmp_path):
+    write_scale_model(tmp_path, extra='parameters { key: "sleep_s" value: { string_value: "0.3" } }')
+    server = serve(tmp_path)
+    client = server.client()
+    pending = [client.async_infer("scale", {"X": x()}) for _ in range(5)]
+    time.sleep(0.05)
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 3
+    outcomes = []
+    for request in pending:
+        try:
+            outcomes.append(request.get_result(timeout=1).as_numpy("Y") is not None)
+        except UnavailableError:
+            outcomes.append("failed")
+    assert True in outcomes and "failed" in outcomes  # the running batch answered, the queued ones failed
+
+
+def test_public_api():
+    assert callable(triton_nb.serve)
+    assert triton_nb.InferenceServer is InferenceServer

@@ -1,0 +1,75 @@
+"""What every backend implements: one object per model instance, executing batches.
+
+The server creates ``instance_group.count`` backend objects per model version (one per
+instance), each on its own worker thread, and hands each a batch at a time — a list of
+:class:`~triton_nb.server.types.InferRequest` whose inputs the server has already checked
+against the model's config (names, datatypes, shapes, batch size). A backend answers with one
+:class:`~triton_nb.server.types.InferResponse` per request, in order:
+
+* an error that concerns one request goes in that response's ``error`` (the others succeed);
+* an exception raised from :meth:`Backend.execute` fails the whole batch;
+* a decoupled model (``model_transaction_policy { decoupled: true }``) returns ``None`` and
+  streams through each request's ``response_sender``.
+
+Backends never see requests for other models and never block on the server, except through
+:class:`ServerHandle` (calls to other models from a Python model, "BLS"), which the server
+passes in the :class:`ModelContext`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from triton_nb.repository.config import ModelConfig
+from triton_nb.server.types import InferRequest, InferResponse
+
+__all__ = ["Backend", "ModelContext", "ServerHandle"]
+
+
+class ServerHandle(Protocol):
+    """The part of the server a backend may call: inference on other models (BLS)."""
+
+    def infer(self, request: InferRequest) -> InferResponse:
+        """Run a request through the target model's scheduler and wait for its response."""
+
+    def infer_async(self, request: InferRequest) -> Future[InferResponse]:
+        """Same, without waiting."""
+
+    def is_model_ready(self, name: str, version: int = -1) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """Everything one model instance needs to load."""
+
+    name: str
+    version: int
+    config: ModelConfig  # the effective config (Triton's defaults applied)
+    model_path: Path  # <repository>/<model>
+    version_path: Path  # <repository>/<model>/<version>
+    repository_path: Path
+    instance_name: str  # "<group name>_<index>", as Triton names instances
+    instance_kind: str = "KIND_CPU"  # KIND_CPU or KIND_GPU (KIND_AUTO is resolved before)
+    device_id: int = 0
+    server: ServerHandle | None = None
+
+
+class Backend(ABC):
+    """One instance of one model version. Construct = load; raise to fail the load."""
+
+    #: True when responses stream through ``InferRequest.response_sender``.
+    decoupled: bool = False
+
+    def __init__(self, context: ModelContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        """Answer a batch: one response per request, in order (None when decoupled)."""
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook, like Triton's finalize
+        """Release what the instance holds; called once when the version unloads."""

@@ -1,0 +1,636 @@
+"""The Python backend: a ``model.py`` written for NVIDIA Triton's Python backend, run in-process.
+
+Each instance loads ``<version>/model.py`` (or ``default_model_filename``), creates its
+``TritonPythonModel``, calls ``initialize(args)`` with the keys Triton passes, and answers
+batches by wrapping the server's :class:`~triton_nb.server.types.InferRequest` objects as
+:class:`triton_nb.backends.pb_utils.InferenceRequest` and converting the returned
+``InferenceResponse`` objects back. ``import triton_python_backend_utils`` resolves to
+:mod:`triton_nb.backends.pb_utils`. :func:`auto_complete` runs a model's static
+``auto_complete_config`` for the server before instances are created.
+
+Loading model code in a shared interpreter
+------------------------------------------
+Triton runs each instance in its own stub process; here every model shares one interpreter,
+so two things that are free in Triton need care:
+
+* **Unique module names.** ``model.py`` is loaded as ``_triton_nb_python_models.<pkg>.model``
+  where ``<pkg>`` names the model, version and instance plus a process-wide counter, so two
+  repositories (or two servers) with a model of the same name never share a module. ``<pkg>``
+  is a package whose ``__path__`` is the version folder, so relative imports
+  (``from . import helper``) load the folder's files under the same unique prefix.
+* **Sibling modules** (``import fraud_encoding`` of a file beside ``model.py``) are top-level
+  names, which Python caches process-wide in ``sys.modules``. Every import of model code runs
+  inside an :class:`_ImportScope` (under one process-wide lock): it puts the version folder and
+  the model folder first on ``sys.path`` (Triton adds both, at the end; first here, so a user's
+  working directory or project on ``sys.path`` cannot hide a model's own files), temporarily
+  takes out of ``sys.modules`` any module whose top-level name is also a file or package of the
+  model's folders (stdlib names and ``triton_python_backend_utils`` excepted), and puts back
+  the modules this instance imported before. On the way out, every module imported from inside
+  the model folder is moved out of ``sys.modules`` into the instance (``_ImportScope.kept``),
+  ``sys.path`` entries the model added inside its folder are remembered for later scopes, and
+  the modules taken out are restored. The model's objects keep working through the references
+  they hold. So each instance (like each Triton stub) has its own copy of its siblings, and
+  ``helper`` of model A never answers ``import helper`` in model B.
+
+  Module execution, ``auto_complete_config``, the constructor and ``initialize`` run inside the
+  scope. ``execute``/``finalize`` do not hold the lock (that would serialise every model);
+  instead ``model.py`` gets an ``__import__`` that re-enters its scope just for imports of its
+  sibling names, so ``import helper`` inside ``execute`` still finds the right file. Imports
+  done lazily inside *sibling* modules' functions after loading are not covered (they resolve
+  against the process's ``sys.path``); import siblings at module level or in ``initialize``, as
+  Triton's examples do. Because the lock is held through ``initialize``, Python models load one
+  at a time.
+
+How BLS finds the server: see :mod:`triton_nb.backends.pb_utils` (a context variable set
+around every call into the model, plus a registry of the model's modules for threads the model
+starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import importlib.machinery
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_nb.backends import pb_utils
+from triton_nb.backends.base import Backend, ModelContext
+from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
+from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
+from triton_nb.server.types import InferRequest, InferResponse
+
+__all__ = ["PythonBackend", "auto_complete", "install_pb_utils"]
+
+log = logging.getLogger(__name__)
+
+PB_UTILS_MODULE = "triton_python_backend_utils"
+_PACKAGE_ROOT = "_triton_nb_python_models"
+_IMPORT_LOCK = threading.RLock()
+_COUNTER = itertools.count(1)
+_real_import = builtins.__import__
+# Names a model folder must never shadow: the interpreter's own modules and Triton's utils.
+_PROTECTED = frozenset(getattr(sys, "stdlib_module_names", ())) | {PB_UTILS_MODULE, "triton_nb"}
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def install_pb_utils() -> None:
+    """Make ``import triton_python_backend_utils`` give :mod:`triton_nb.backends.pb_utils`."""
+    if sys.modules.get(PB_UTILS_MODULE) is not pb_utils:
+        sys.modules[PB_UTILS_MODULE] = pb_utils
+
+
+# --------------------------------------------------------------------------- import isolation
+
+
+def _inside(path: str | None, root: str) -> bool:
+    if not path:
+        return False
+    try:
+        return os.path.commonpath([os.path.abspath(path), root]) == root
+    except ValueError:  # different drives
+        return False
+
+
+def _module_inside(module: Any, root: str) -> bool:
+    location = getattr(module, "__file__", None)
+    if location:
+        return _inside(location, root)
+    paths = getattr(module, "__path__", None)  # namespace packages have no __file__
+    try:
+        return bool(paths) and all(_inside(p, root) for p in paths)
+    except TypeError:
+        return False
+
+
+def _top_level_names(folder: str) -> set[str]:
+    """The names ``import <name>`` would find in ``folder``: modules, packages, extensions."""
+    names: set[str] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return names
+    for entry in entries:
+        name = entry.name
+        if entry.is_dir():
+            if name.isidentifier():
+                names.add(name)
+        elif name.endswith(".py"):
+            names.add(name[:-3])
+        elif name.endswith(_EXTENSION_SUFFIXES):
+            names.add(name.split(".", 1)[0])
+    return {n for n in names if n.isidentifier()}
+
+
+class _ImportScope:
+    """Makes a model's folders importable, and its sibling modules private to one instance."""
+
+    def __init__(self, version_dir: str, model_dir: str) -> None:
+        self.version_dir = version_dir
+        self.model_dir = model_dir
+        self.kept: dict[str, types.ModuleType] = {}
+        self.extra_paths: list[str] = []
+        self.on_new_modules: Any = None  # callback(list of modules) when a scope keeps new modules
+        self._active = False
+        self._names: frozenset[str] = frozenset()  # sibling names, refreshed on each entry
+
+    def sibling_names(self) -> set[str]:
+        names = _top_level_names(self.version_dir) | _top_level_names(self.model_dir)
+        for path in self.extra_paths:
+            names |= _top_level_names(path)
+        names |= {name.partition(".")[0] for name in self.kept}
+        return names - _PROTECTED
+
+    def owns(self, top_level_name: str) -> bool:
+        """Whether ``import <top_level_name>`` means a file of this model (as of the last scope entry)."""
+        return top_level_name in self._names
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with _IMPORT_LOCK:
+            if self._active:  # re-entered on this thread (the lock is held)
+                yield
+                return
+            self._active = True
+            try:
+                names = self._names = frozenset(self.sibling_names())
+                # list(): other threads may import while we look (sys.modules must not change under an iterator)
+                shadowed = {
+                    name: module for name, module in list(sys.modules.items()) if name.partition(".")[0] in names
+                }
+                for name in shadowed:
+                    sys.modules.pop(name, None)
+                before = dict(sys.modules)
+                sys.modules.update(self.kept)
+                front = [self.version_dir, self.model_dir, *self.extra_paths]
+                original_path = list(sys.path)
+                sys.path[:0] = front
+                try:
+                    yield
+                finally:
+                    self._leave(front, original_path, before, shadowed)
+            finally:
+                self._active = False
+
+    def _leave(self, front: list[str], original_path: list[str], before: dict[str, Any],
+               shadowed: dict[str, Any]) -> None:
+        for entry in front:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+        known = set(original_path)
+        for entry in list(sys.path):
+            if entry not in known and isinstance(entry, str) and _inside(entry, self.model_dir):
+                sys.path.remove(entry)
+                if entry not in self.extra_paths and entry not in (self.version_dir, self.model_dir):
+                    self.extra_paths.append(entry)
+        new_modules = []
+        for name, module in list(sys.modules.items()):
+            if name.startswith(_PACKAGE_ROOT + "."):
+                continue  # unique names: they stay until the instance unloads
+            if before.get(name) is module or not _module_inside(module, self.model_dir):
+                continue
+            sys.modules.pop(name, None)
+            if self.kept.get(name) is not module:
+                new_modules.append(module)
+            self.kept[name] = module
+        sys.modules.update(shadowed)
+        if new_modules and self.on_new_modules is not None:
+            self.on_new_modules(new_modules)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"\W", "_", text) or "_"
+
+
+def _ensure_root_package() -> None:
+    if _PACKAGE_ROOT not in sys.modules:
+        root = types.ModuleType(_PACKAGE_ROOT, "Python-backend models loaded by triton_nb (one package per instance).")
+        root.__path__ = []
+        root.__spec__ = importlib.machinery.ModuleSpec(_PACKAGE_ROOT, None, is_package=True)
+        root.__spec__.submodule_search_locations = []
+        sys.modules[_PACKAGE_ROOT] = root
+
+
+class _LoadedModule:
+    """``model.py`` of one instance, loaded under a unique name, with its import scope."""
+
+    def __init__(self, model_name: str, version: int, instance: str, version_path: Path, model_path: Path,
+                 filename: str) -> None:
+        self.model_name = model_name
+        self.version_dir = os.path.abspath(version_path)
+        self.model_dir = os.path.abspath(model_path)
+        self.file = os.path.join(self.version_dir, filename)
+        self.scope = _ImportScope(self.version_dir, self.model_dir)
+        self.package = f"{_PACKAGE_ROOT}.{_slug(model_name)}_v{version}_{_slug(instance)}_{next(_COUNTER)}"
+        self.module: types.ModuleType | None = None
+
+    def load(self) -> types.ModuleType:
+        if not os.path.isfile(self.file):
+            raise NotFoundError(f"model '{self.model_name}': no Python model file at {self.file}")
+        install_pb_utils()
+        stem = _slug(Path(self.file).stem)
+        with _IMPORT_LOCK:
+            _ensure_root_package()
+            package = types.ModuleType(self.package)
+            package.__path__ = [self.version_dir]
+            package.__spec__ = importlib.machinery.ModuleSpec(self.package, None, is_package=True)
+            package.__spec__.submodule_search_locations = [self.version_dir]
+            package.__package__ = self.package
+            sys.modules[self.package] = package
+            name = f"{self.package}.{stem}"
+            spec = importlib.util.spec_from_file_location(name, self.file)
+            if spec is None or spec.loader is None:
+                raise InternalError(f"model '{self.model_name}': cannot load {self.file}")
+            module = importlib.util.module_from_spec(spec)
+            module.__dict__["__builtins__"] = self._builtins()
+            sys.modules[name] = module
+            try:
+                with self.scope.active():
+                    spec.loader.exec_module(module)
+            except BaseException as exc:
+                self.unload()
+                if isinstance(exc, Exception):
+                    raise InternalError(
+                        f"model '{self.model_name}': failed to load {self.file}: {_describe(exc)}"
+                    ) from exc
+                raise
+        self.module = module
+        return module
+
+    def _builtins(self) -> dict[str, Any]:
+        """model.py's builtins: ``__import__`` re-enters the import scope for its sibling names."""
+        scope = self.scope
+
+        def scoped_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                          level: int = 0) -> Any:
+            if level == 0 and scope.owns(name.partition(".")[0]):
+                with scope.active():
+                    return _real_import(name, globals, locals, fromlist, level)
+            return _real_import(name, globals, locals, fromlist, level)
+
+        namespace = dict(builtins.__dict__)
+        namespace["__import__"] = scoped_import
+        return namespace
+
+    def modules(self) -> list[types.ModuleType]:
+        """Every module holding this instance's code (for the BLS owner registry)."""
+        mine = [m for n, m in list(sys.modules.items()) if n == self.package or n.startswith(self.package + ".")]
+        return mine + list(self.scope.kept.values())
+
+    def unload(self) -> None:
+        with _IMPORT_LOCK:
+            for name in [n for n in list(sys.modules) if n == self.package or n.startswith(self.package + ".")]:
+                sys.modules.pop(name, None)
+        self.scope.kept.clear()
+        self.module = None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (pb_utils.TritonModelException, TritonNBError)):
+        return str(exc) or type(exc).__name__
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _model_filename(config: ModelConfig) -> str:
+    return config.default_model_filename or "model.py"
+
+
+# --------------------------------------------------------------------------- auto-complete
+
+
+def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
+    """Run ``TritonPythonModel.auto_complete_config`` (when the model defines it) on ``config``.
+
+    Called by the server before creating instances, with the config as read (the version
+    folder says which ``model.py``). Returns the completed config; ``config`` is not changed.
+    As in Triton, the module is loaded in a throw-away namespace: nothing created here is
+    visible to the instances.
+    """
+    version_path = Path(version_path)
+    name = config.name or version_path.parent.name
+    loaded = _LoadedModule(name, _version_of(version_path), "autocomplete", version_path, version_path.parent,
+                           _model_filename(config))
+    module = loaded.load()
+    context = pb_utils._CallContext(name, _version_of(version_path), None,
+                                    logging.getLogger(f"triton_nb.python_backend.{name}"), loaded.version_dir)
+    try:
+        model_class = getattr(module, "TritonPythonModel", None)
+        hook = getattr(model_class, "auto_complete_config", None)
+        if hook is None:
+            completed = ModelConfig()
+            completed.CopyFrom(config)
+            return completed
+        data = config_to_json(config)
+        if not data.get("name"):
+            data["name"] = name  # for the messages of pb_utils.ModelConfig
+        with loaded.scope.active(), pb_utils._calling(context):
+            try:
+                result = hook(pb_utils.ModelConfig(data))
+            except ValueError as exc:
+                raise InvalidArgumentError(f"model '{name}': auto_complete_config: {exc}") from exc
+            except Exception as exc:
+                raise InternalError(f"model '{name}': auto_complete_config failed: {_describe(exc)}") from exc
+        if not isinstance(result, pb_utils.ModelConfig):
+            raise InternalError(
+                f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
+            )
+        return config_from_json(result.as_dict(), source=f"model '{name}': auto_complete_config result")
+    finally:
+        loaded.unload()
+
+
+def _version_of(version_path: Path) -> int:
+    try:
+        return int(version_path.name)
+    except ValueError:
+        return -1
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+class _EventLoop:
+    """The event loop of one instance's ``async def execute`` (Triton runs one per stub)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=f"{name}-asyncio", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coroutine: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def close(self, timeout: float = 5.0) -> None:
+        async def cancel_all() -> None:
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.loop.shutdown_default_executor()
+
+        with contextlib.suppress(Exception):
+            self.submit(cancel_all()).result(timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+class PythonBackend(Backend):
+    """One instance of a Triton Python-backend model."""
+
+    def __init__(self, context: ModelContext) -> None:
+        super().__init__(context)
+        config = context.config
+        self.name = context.name
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
+        self._output_names = [tensor.name for tensor in config.output]
+        self._logger = logging.getLogger(f"triton_nb.python_backend.{context.name}")
+        self._loaded = _LoadedModule(context.name, context.version, context.instance_name, context.version_path,
+                                     context.model_path, _model_filename(config))
+        self._call = pb_utils._CallContext(context.name, context.version, context.server, self._logger,
+                                           self._loaded.version_dir)
+        self._loaded.scope.on_new_modules = self._own
+        self._events: _EventLoop | None = None
+        self._events_lock = threading.Lock()
+        self._background: set[Future[Any]] = set()
+        self._finalized = False
+        module = self._loaded.load()
+        self._own(self._loaded.modules())
+        try:
+            model_class = getattr(module, "TritonPythonModel", None)
+            if model_class is None:
+                raise InternalError(f"{self._loaded.file} does not define class TritonPythonModel")
+            with self._loaded.scope.active(), pb_utils._calling(self._call):
+                self._model = model_class()
+                initialize = getattr(self._model, "initialize", None)
+                if initialize is not None:
+                    outcome = initialize(self._initialize_args())
+                    if inspect.iscoroutine(outcome):
+                        self._run_coroutine(outcome)
+            if not hasattr(self._model, "execute"):
+                raise InternalError(f"Python model {self._loaded.file} does not implement `execute` method.")
+        except Exception as exc:
+            self._release()
+            raise InternalError(f"model '{self.name}' initialize failed: {_describe(exc)}") from exc
+
+    # -- loading -------------------------------------------------------------------------
+    def _initialize_args(self) -> dict[str, str]:
+        context = self.context
+        kind = context.instance_kind.removeprefix("KIND_")
+        return {
+            "model_config": json.dumps(config_to_json(context.config)),
+            "model_instance_kind": kind,
+            "model_instance_name": context.instance_name,
+            "model_instance_device_id": str(context.device_id),
+            "model_repository": str(context.model_path),
+            "model_version": str(context.version),
+            "model_name": context.name,
+        }
+
+    def _own(self, modules: list[types.ModuleType]) -> None:
+        for module in modules:
+            pb_utils._register_owner(module, self._call)
+
+    def _release(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        for module in self._loaded.modules():
+            pb_utils._unregister_owner(module)
+        self._loaded.unload()
+
+    # -- executing -----------------------------------------------------------------------
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        wrapped = [self._wrap(request) for request in requests]
+        try:
+            with pb_utils._calling(self._call):
+                result = self._model.execute(wrapped)
+                if inspect.iscoroutine(result):
+                    if self.decoupled:  # as Triton: run in the background, the next batch may start
+                        self._run_background(result, wrapped)
+                        return None
+                    result = self._run_coroutine(result)
+        except Exception as exc:
+            self._close_senders(wrapped)
+            self._logger.error("model '%s': execute failed", self.name, exc_info=True)
+            raise InternalError(
+                f"Failed to process the request(s) for model '{self.name}', message: {_describe(exc)}"
+            ) from exc
+        if self.decoupled:
+            if result is not None:
+                self._close_senders(wrapped)
+                raise InternalError(
+                    f"Python model '{self.name}' is using the decoupled mode and the execute function must return None."
+                )
+            return None
+        return self._collect(requests, wrapped, result)
+
+    def _wrap(self, request: InferRequest) -> pb_utils.InferenceRequest:
+        wrapped = pb_utils.InferenceRequest._from_server(request, decoupled=self.decoupled,
+                                                         output_names=self._output_names)
+        if self.decoupled:
+            wrapped._forward = self._forwarder(request)
+        return wrapped
+
+    def _forwarder(self, request: InferRequest) -> Any:
+        def forward(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            sender = request.response_sender
+            if sender is None:
+                raise pb_utils.TritonModelException(
+                    f"model '{self.name}': this request has no response sender (the server did not stream it)"
+                )
+            sender(self._convert(request, response) if response is not None else None, final)
+
+        return forward
+
+    def _collect(self, requests: list[InferRequest], wrapped: list[pb_utils.InferenceRequest],
+                 result: Any) -> list[InferResponse]:
+        count = len(requests)
+        if result is None:
+            result = [None] * count
+        elif not isinstance(result, list):
+            raise InternalError(
+                f"model '{self.name}': execute() must return a list of pb_utils.InferenceResponse, "
+                f"got {type(result).__name__}"
+            )
+        if len(result) != count:
+            raise InternalError(
+                f"model '{self.name}': execute() returned {len(result)} response(s) for {count} request(s); "
+                "it must return exactly one InferenceResponse per request"
+            )
+        responses = []
+        for index, (request, pb_request, item) in enumerate(zip(requests, wrapped, result, strict=True)):
+            sent = pb_request._sender._response if pb_request._sender is not None else None
+            if item is None:
+                if sent is None:
+                    raise InternalError(
+                        f"model '{self.name}': execute() gave no response for request {index} (None in the list and "
+                        "nothing sent through its response sender)"
+                    )
+                item = sent
+            elif not isinstance(item, pb_utils.InferenceResponse):
+                raise InternalError(
+                    f"model '{self.name}': execute() returned a {type(item).__name__} for request {index}; expected "
+                    "a pb_utils.InferenceResponse"
+                )
+            elif sent is not None:
+                raise InternalError(
+                    f"model '{self.name}': request {index} got two responses (one returned, one sent); a model in "
+                    "the default mode answers each request once"
+                )
+            responses.append(self._convert(request, item))
+        return responses
+
+    def _convert(self, request: InferRequest, response: pb_utils.InferenceResponse) -> InferResponse:
+        """A pb_utils response as the server's InferResponse (BYTES as object arrays of bytes)."""
+        out = InferResponse(model_name=self.name, model_version=self.context.version, request_id=request.request_id)
+        with contextlib.suppress(ValueError, TypeError):
+            out.parameters = json.loads(response.parameters())
+        error = response.error()
+        if error is not None:
+            message = error.message()
+            prefix = f"model '{self.name}'"
+            if not message.startswith(prefix):
+                message = f"{prefix}: {message}"
+            out.error = pb_utils._error_class(error.code())(message)
+            return out
+        wanted = set(request.requested_outputs) if request.requested_outputs is not None else None
+        outputs: dict[str, np.ndarray] = {}
+        for tensor in response.output_tensors():
+            if wanted is None or tensor.name() in wanted:
+                outputs[tensor.name()] = tensor._server_array()
+        out.outputs = outputs
+        return out
+
+    def _close_senders(self, wrapped: list[pb_utils.InferenceRequest]) -> None:
+        for request in wrapped:
+            if request._sender is not None:
+                request._sender._close()
+
+    # -- async execute -------------------------------------------------------------------
+    def _event_loop(self) -> _EventLoop:
+        with self._events_lock:
+            if self._events is None:
+                self._events = _EventLoop(self.context.instance_name)
+            return self._events
+
+    async def _in_context(self, coroutine: Any) -> Any:
+        with pb_utils._calling(self._call):
+            return await coroutine
+
+    def _run_coroutine(self, coroutine: Any) -> Any:
+        return self._event_loop().submit(self._in_context(coroutine)).result()
+
+    def _run_background(self, coroutine: Any, wrapped: list[pb_utils.InferenceRequest]) -> None:
+        future = self._event_loop().submit(self._in_context(coroutine))
+        self._background.add(future)
+
+        def done(f: Future[Any]) -> None:
+            self._background.discard(f)
+            if f.cancelled():
+                error: BaseException = InternalError(f"model '{self.name}': async execute was cancelled")
+            elif f.exception() is not None:
+                error = f.exception()  # type: ignore[assignment]
+                self._logger.error("model '%s': async execute failed", self.name, exc_info=error)
+            elif f.result() is not None:
+                error = InternalError(f"Python model '{self.name}' is using the decoupled mode and the execute "
+                                      "function must return None.")
+            else:
+                return
+            self._fail_open_requests(wrapped, error)
+
+        future.add_done_callback(done)
+
+    def _fail_open_requests(self, wrapped: list[pb_utils.InferenceRequest], error: BaseException) -> None:
+        """Finish, with an error, every request of a failed background batch not yet finished."""
+        message = f"Failed to process the request(s) for model '{self.name}', message: {_describe(error)}"
+        for request in wrapped:
+            sender = request.get_response_sender()
+            if sender._close() and request._server_request is not None:
+                target = request._server_request.response_sender
+                if target is not None:
+                    failed = InferResponse.failed(request._server_request, InternalError(message), self.context.version)
+                    with contextlib.suppress(Exception):
+                        target(failed, True)
+
+    # -- unloading -----------------------------------------------------------------------
+    def finalize(self) -> None:
+        if self._finalized:
+            return
+        self._finalized = True
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        hook = getattr(self._model, "finalize", None)
+        if hook is not None:
+            try:
+                with pb_utils._calling(self._call):
+                    outcome = hook()
+                    if inspect.iscoroutine(outcome):
+                        asyncio.run(outcome)
+            except Exception:
+                self._logger.exception("model '%s': finalize raised; the instance is unloaded anyway", self.name)
+        self._model = None
+        self._release()

@@ -1,0 +1,1 @@
+"""The in-kernel, Triton-compatible inference server."""

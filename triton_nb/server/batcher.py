@@ -1,0 +1,421 @@
+"""Scheduling for one model version: Triton's dynamic batcher, and one-by-one without it.
+
+Contract
+--------
+:meth:`Scheduler.enqueue` takes a checked request and a ``Future``; the future is always
+resolved — with an :class:`~triton_nb.server.types.InferResponse`, or an exception (queue full,
+timeout, stop, a failed batch) — never left hanging.
+
+Each model instance has a worker thread that owns its backend object and runs one batch at a
+time, so at most ``instance count`` batches are in flight. Free workers take turns forming
+batches — one holds the forming turn (``_former``) at a time — the way Triton's scheduler hands
+the next batch to the next free instance. Everything is guarded by one condition, ``_cond``;
+waiting releases it, so ``enqueue``, live updates and retirement never block on a batch.
+
+Batch forming follows Triton's dynamic batcher:
+
+* batch size counts rows (the first dim of each request), never above ``max_batch_size``;
+* requests whose non-batch shapes differ from the first queued request are not batched with it;
+* a batch whose rows reach a preferred size (by default ``max_batch_size``) leaves at once —
+  the largest such size that the queue can fill;
+* otherwise the batcher waits until ``max_queue_delay_microseconds`` after the *oldest* queued
+  request, then sends what it has;
+* priority levels (1 is the highest) are served in order, FIFO within a level;
+* queue policy per level: ``max_queue_size`` (beyond it a request is rejected at once with
+  Triton's "Exceeds maximum queue size"), a default timeout, ``allow_timeout_override``, and
+  ``timeout_action`` REJECT (the request fails) or DELAY (it waits behind every on-time request);
+* ``preserve_ordering``: responses are released in the order requests were dispatched.
+
+Without ``dynamic_batching`` every request runs alone, as Triton's default scheduler does.
+Settings can change while serving (:meth:`Scheduler.update`) and apply from the next batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError, UnavailableError
+from triton_nb.repository.config import ModelConfig
+from triton_nb.server.types import InferRequest, InferResponse
+
+__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings"]
+
+log = logging.getLogger(__name__)
+
+#: Runs one batch on one instance; returns one response per request (or raises).
+BatchRunner = Callable[[object, list[InferRequest]], list[InferResponse]]
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    max_queue_size: int = 0  # 0: unbounded
+    default_timeout_microseconds: int = 0  # 0: no timeout
+    allow_timeout_override: bool = False
+    delay_on_timeout: bool = False  # timeout_action DELAY instead of REJECT
+
+    @classmethod
+    def from_proto(cls, policy: mc.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            max_queue_size=policy.max_queue_size,
+            default_timeout_microseconds=policy.default_timeout_microseconds,
+            allow_timeout_override=policy.allow_timeout_override,
+            delay_on_timeout=policy.timeout_action == mc.ModelQueuePolicy.DELAY,
+        )
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The knobs of one model version's scheduler (live-changeable)."""
+
+    max_batch_size: int = 0
+    dynamic_batching: bool = False
+    max_queue_delay_microseconds: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+    priority_queue_policy: tuple[tuple[int, QueuePolicy], ...] = ()
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> SchedulerSettings:
+        if not config.HasField("dynamic_batching"):
+            return cls(max_batch_size=config.max_batch_size)
+        batching = config.dynamic_batching
+        return cls(
+            max_batch_size=config.max_batch_size,
+            dynamic_batching=True,
+            max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+            preferred_batch_size=tuple(sorted(batching.preferred_batch_size)),
+            preserve_ordering=batching.preserve_ordering,
+            priority_levels=batching.priority_levels,
+            default_priority_level=batching.default_priority_level,
+            default_queue_policy=QueuePolicy.from_proto(batching.default_queue_policy),
+            priority_queue_policy=tuple(
+                (level, QueuePolicy.from_proto(policy)) for level, policy in batching.priority_queue_policy.items()
+            ),
+        )
+
+    def policy(self, level: int) -> QueuePolicy:
+        return dict(self.priority_queue_policy).get(level, self.default_queue_policy)
+
+    def targets(self) -> tuple[int, ...]:
+        """Batch sizes that leave at once: the preferred sizes, else max_batch_size."""
+        return self.preferred_batch_size or ((self.max_batch_size,) if self.max_batch_size > 0 else (1,))
+
+
+@dataclass
+class _Pending:
+    request: InferRequest
+    future: Future
+    rows: int
+    shapes: tuple
+    deadline_ns: int  # 0: none
+    sequence: int
+    delayed: bool = False
+
+
+class _Worker:
+    """One model instance: a thread that owns the backend object and runs one batch at a time."""
+
+    def __init__(self, scheduler: Scheduler, instance: object, name: str) -> None:
+        self.instance = instance
+        self.retire = False
+        self.thread = threading.Thread(target=scheduler._work, args=(self,), name=name, daemon=True)
+
+
+class Scheduler:
+    """The queue and the instance workers of one model version."""
+
+    def __init__(
+        self,
+        model_name: str,
+        version: int,
+        settings: SchedulerSettings,
+        run_batch: BatchRunner,
+    ) -> None:
+        self.model_name = model_name
+        self.version = version
+        self._settings = settings
+        self._run_batch = run_batch
+        self._cond = threading.Condition()
+        self._former: _Worker | None = None  # the worker whose turn it is to form a batch
+        self._queues: dict[int, deque[_Pending]] = {}
+        self._delayed: deque[_Pending] = deque()
+        self._workers: list[_Worker] = []
+        self._sequence = itertools.count()
+        self._stopping = False
+        # preserve_ordering: responses wait here until every earlier dispatch has answered.
+        self._release_lock = threading.Lock()
+        self._next_release = 0
+        self._held: dict[int, tuple[list[_Pending], list[InferResponse] | BaseException]] = {}
+        self._dispatch_counter = itertools.count()
+
+    # ------------------------------------------------------------------ instances
+    def add_instance(self, instance: object, name: str) -> None:
+        worker = _Worker(self, instance, name)
+        with self._cond:
+            self._workers.append(worker)
+        worker.thread.start()
+
+    def retire_instances(self, count: int) -> list[object]:
+        """Stop ``count`` workers after their current batch; returns their instances to finalize."""
+        with self._cond:
+            leaving = [w for w in self._workers if not w.retire][-count:] if count else []
+            for worker in leaving:
+                worker.retire = True
+            self._cond.notify_all()
+        for worker in leaving:
+            worker.thread.join()
+        with self._cond:
+            self._workers = [w for w in self._workers if w not in leaving]
+        return [w.instance for w in leaving]
+
+    @property
+    def instance_count(self) -> int:
+        with self._cond:
+            return sum(not w.retire for w in self._workers)
+
+    @property
+    def settings(self) -> SchedulerSettings:
+        return self._settings
+
+    def queue_depth(self) -> int:
+        with self._cond:
+            return sum(len(q) for q in self._queues.values()) + len(self._delayed)
+
+    # ------------------------------------------------------------------ live knobs
+    def update(self, **changes: object) -> SchedulerSettings:
+        """Change batching knobs; they apply from the next batch formed."""
+        with self._cond:
+            settings = replace(self._settings, **changes)
+            if settings.preferred_batch_size:
+                settings = replace(settings, preferred_batch_size=tuple(sorted(settings.preferred_batch_size)))
+            self._settings = settings
+            self._cond.notify_all()
+        return settings
+
+    # ------------------------------------------------------------------ queueing
+    def _level(self, request: InferRequest, settings: SchedulerSettings) -> int:
+        if settings.priority_levels <= 0:
+            return 0
+        if request.priority == 0:
+            return settings.default_priority_level or settings.priority_levels
+        if not 1 <= request.priority <= settings.priority_levels:
+            raise InvalidArgumentError(
+                f"model '{self.model_name}': priority {request.priority} is outside 1..{settings.priority_levels}"
+            )
+        return request.priority
+
+    def enqueue(self, request: InferRequest, future: Future) -> None:
+        settings = self._settings
+        rows = request.batch_size(settings.max_batch_size > 0)
+        shapes = tuple(sorted((name, array.shape[1:] if settings.max_batch_size > 0 else array.shape)
+                              for name, array in request.inputs.items()))
+        with self._cond:
+            if self._stopping:
+                raise UnavailableError(f"model '{self.model_name}' is unloading; request not accepted")
+            level = self._level(request, settings)
+            policy = settings.policy(level)
+            queue = self._queues.setdefault(level, deque())
+            if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+                raise UnavailableError(
+                    f"Exceeds maximum queue size: model '{self.model_name}' has {len(queue)} queued request(s) "
+                    f"at priority {level or 'default'} (max_queue_size {policy.max_queue_size})"
+                )
+            timeout = policy.default_timeout_microseconds
+            if policy.allow_timeout_override and request.timeout_microseconds:
+                timeout = request.timeout_microseconds
+            deadline = request.arrival_ns + timeout * 1000 if timeout else 0
+            queue.append(_Pending(request, future, rows, shapes, deadline, next(self._sequence)))
+            self._cond.notify_all()
+
+    def _expire(self, now: int) -> None:
+        """Apply the timeout action to queued requests past their deadline (under _cond)."""
+        for level, queue in self._queues.items():
+            if not any(p.deadline_ns and p.deadline_ns <= now for p in queue):
+                continue
+            keep: deque[_Pending] = deque()
+            for pending in queue:
+                if pending.deadline_ns and pending.deadline_ns <= now:
+                    if self._settings.policy(level).delay_on_timeout:
+                        pending.delayed = True
+                        pending.deadline_ns = 0
+                        self._delayed.append(pending)
+                    else:
+                        _fail(pending, UnavailableError(
+                            f"Request timeout expired: model '{self.model_name}' did not start the request "
+                            "within its timeout"))
+                else:
+                    keep.append(pending)
+            self._queues[level] = keep
+
+    def _ordered(self) -> list[_Pending]:
+        ordered: list[_Pending] = []
+        for level in sorted(self._queues):
+            ordered.extend(self._queues[level])
+        ordered.extend(self._delayed)
+        return ordered
+
+    def _take(self, chosen: list[_Pending]) -> None:
+        ids = {id(p) for p in chosen}
+        for level in self._queues:
+            self._queues[level] = deque(p for p in self._queues[level] if id(p) not in ids)
+        self._delayed = deque(p for p in self._delayed if id(p) not in ids)
+
+    def _exit_due(self, worker: _Worker) -> bool:
+        return worker.retire or (self._stopping and not self._ordered())
+
+    def _next_batch(self, worker: _Worker) -> list[_Pending] | None:
+        """Block until it is this worker's turn and a batch is due; None when it should exit."""
+        with self._cond:
+            while self._former is not None:
+                if self._exit_due(worker):
+                    return None
+                self._cond.wait(timeout=0.5)
+            self._former = worker
+            try:
+                return self._form(worker)
+            finally:
+                self._former = None
+                self._cond.notify_all()
+
+    def _form(self, worker: _Worker) -> list[_Pending] | None:
+        """Form the next batch (this worker holds the turn and ``_cond``)."""
+        while True:
+            if self._exit_due(worker):
+                return None
+            now = time.monotonic_ns()
+            self._expire(now)
+            queued = self._ordered()
+            if not queued:
+                self._cond.wait(timeout=0.5)
+                continue
+            settings = self._settings
+            if not settings.dynamic_batching or settings.max_batch_size == 0:
+                self._take(queued[:1])
+                return queued[:1]
+            limit = settings.max_batch_size
+            first = queued[0]
+            if first.rows > limit:  # max_batch_size was lowered after it was queued
+                self._take([first])
+                _fail(first, InvalidArgumentError(
+                    f"model '{self.model_name}': batch size {first.rows} is above max_batch_size {limit}"))
+                continue
+            prefix: list[_Pending] = []
+            rows = 0
+            for pending in queued:
+                if pending.shapes != first.shapes or rows + pending.rows > limit:
+                    break
+                prefix.append(pending)
+                rows += pending.rows
+            blocked = len(prefix) < len(queued)  # the next request cannot join: nothing to wait for
+            cumulative = list(itertools.accumulate(p.rows for p in prefix))
+            targets = set(settings.targets())
+            reachable = [i for i, total in enumerate(cumulative) if total in targets]
+            if reachable:
+                chosen = prefix[: reachable[-1] + 1]
+            elif self._stopping or blocked or rows >= limit:
+                chosen = prefix
+            else:
+                oldest = min(p.request.arrival_ns for p in prefix)
+                due = oldest + settings.max_queue_delay_microseconds * 1000
+                if now >= due:
+                    chosen = prefix
+                else:
+                    deadlines = [p.deadline_ns for p in queued if p.deadline_ns]
+                    wake = min([due, *deadlines])
+                    self._cond.wait(timeout=max(wake - now, 0) / 1e9)
+                    continue
+            self._take(chosen)
+            return chosen
+
+    # ------------------------------------------------------------------ running
+    def _work(self, worker: _Worker) -> None:
+        while True:
+            batch = self._next_batch(worker)
+            if batch is None:
+                return
+            self._dispatch(worker, batch)
+
+    def _dispatch(self, worker: _Worker, batch: list[_Pending]) -> None:
+        order = next(self._dispatch_counter)
+        live = [p for p in batch if not p.future.cancelled()]  # the client gave up waiting
+        outcome: list[InferResponse] | BaseException
+        try:
+            outcome = self._run_batch(worker.instance, [p.request for p in live]) if live else []
+            if outcome is not None and len(outcome) != len(live):
+                outcome = InternalError(
+                    f"model '{self.model_name}' returned {len(outcome)} responses for {len(live)} requests"
+                )
+        except TritonNBError as exc:
+            outcome = exc
+        except Exception as exc:  # a backend bug fails this batch only; the worker keeps serving
+            log.exception("model '%s' version %s: batch failed", self.model_name, self.version)
+            outcome = InternalError(f"model '{self.model_name}': {type(exc).__name__}: {exc}")
+        if self._settings.preserve_ordering:
+            self._release_in_order(order, live, outcome)
+        else:
+            _resolve(live, outcome)
+
+    def _release_in_order(self, order: int, batch: list[_Pending], outcome: object) -> None:
+        with self._release_lock:
+            self._held[order] = (batch, outcome)
+            while self._next_release in self._held:
+                held_batch, held_outcome = self._held.pop(self._next_release)
+                _resolve(held_batch, held_outcome)
+                self._next_release += 1
+
+    # ------------------------------------------------------------------ stopping
+    def stop(self, drain: bool = True) -> list[object]:
+        """Stop accepting requests; answer queued ones (drain) or fail them; join the workers.
+
+        Returns the instances, for the caller to finalize.
+        """
+        with self._cond:
+            self._stopping = True
+            if not drain or not self._workers:
+                for pending in self._ordered():
+                    _fail(pending, UnavailableError(f"model '{self.model_name}' was unloaded before the request ran"))
+                self._queues.clear()
+                self._delayed.clear()
+            self._cond.notify_all()
+        workers = list(self._workers)
+        for worker in workers:
+            worker.thread.join()
+        with self._cond:
+            self._workers.clear()
+        return [w.instance for w in workers]
+
+
+def _fail(pending: _Pending, error: BaseException) -> None:
+    if not pending.future.done():
+        pending.future.set_exception(error)
+
+
+def _resolve(batch: list[_Pending], outcome: object) -> None:
+    if isinstance(outcome, BaseException):
+        for pending in batch:
+            _fail(pending, outcome)
+        return
+    if outcome is None:  # decoupled: responses went through the senders
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_result(None)
+        return
+    for pending, response in zip(batch, outcome, strict=True):
+        if pending.future.done():
+            continue
+        if response.error is not None:
+            pending.future.set_exception(response.error)
+        else:
+            pending.future.set_result(response)

@@ -1,0 +1,403 @@
+"""Triton's statistics extension and its per-model Prometheus metrics.
+
+:class:`ModelStats` accumulates what one model version did, exactly as Triton's core does
+(``src/infer_stats.cc`` in triton-inference-server/core); :class:`ServerStats` holds them for one
+server and answers both views:
+
+* :meth:`ServerStats.statistics` — the statistics extension's JSON (``GET v2/models[/<name>[/versions/
+  <v>]]/stats``, gRPC ``ModelStatistics``), field for field as ``TRITONSERVER_ServerModelStatistics``
+  writes it: ``name``, ``version`` (a string), ``last_inference`` (ms since the epoch),
+  ``inference_count``, ``execution_count``, ``inference_stats`` (``success``, ``fail``, ``queue``,
+  ``compute_input``, ``compute_infer``, ``compute_output``, ``cache_hit``, ``cache_miss``: each
+  ``{"count", "ns"}``), ``response_stats`` (``{}``: only backends that report per-response
+  statistics fill it), ``batch_stats`` (one entry per executed batch size, ascending) and
+  ``memory_usage`` (``[]``);
+* :meth:`ServerStats.prometheus_text` — the ``/metrics`` text, with Triton's family names, help
+  strings, types and labels (``model``, ``version``; ``reason`` on failures).
+
+How Triton counts, and so how the server should call these:
+
+* one :meth:`ModelStats.record_request` per finished request. A success adds 1 to ``success``
+  (with the request's end-to-end time), its ``batch_size`` to ``inference_count``, and its queue
+  and compute durations to ``queue``/``compute_*``. Triton attributes a batch's compute time to
+  every request in it: pass each request of a batch the batch's ``compute_*`` durations. A
+  failure only adds to ``fail`` (count and time) and to ``nv_inference_request_failure`` under its
+  reason: ``REJECTED`` (timed out in the scheduler queue), ``CANCELED``, ``BACKEND`` (the model or
+  backend failed it) or ``OTHER``;
+* one :meth:`ModelStats.record_execution` per executed batch: ``execution_count``, the batch size's
+  ``batch_stats`` entry and ``last_inference``. (It does not touch ``inference_count``: Triton adds
+  each *successful request's* batch size there, so rows of a failed request are not counted.)
+* :meth:`ModelStats.pending_add`: +1 when a request is queued for the model, -1 when a backend
+  starts executing it (Triton's ``nv_inference_pending_request_count``; a request that leaves the
+  queue without executing, such as a timed-out one, is -1 too).
+
+Prometheus counters: prometheus_client's own exposition (``generate_latest``) appends ``_total``
+to every counter name, which Triton's does not (``nv_inference_count{model="m",version="1"} 9``).
+:meth:`ServerStats.prometheus_text` therefore writes the text format itself from
+``registry.collect()``: Triton's exact names, integral values without ``.0`` and labels sorted by
+name, as prometheus-cpp writes them. The registry is still a ``prometheus_client``
+``CollectorRegistry`` (one per server, so several servers in a process never share series).
+
+Unloading: Triton drops a model version's statistics and its metric series when the version
+unloads (the series disappear from ``/metrics``; a reload starts again from zero). The server
+calls :meth:`ServerStats.remove` at unload to do the same.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CollectorRegistry, Metric
+from prometheus_client.registry import Collector
+
+from triton_nb.errors import InvalidArgumentError
+
+__all__ = [
+    "FAILURE_REASONS",
+    "PROMETHEUS_CONTENT_TYPE",
+    "ModelStats",
+    "ServerStats",
+]
+
+#: The ``reason`` label values of ``nv_inference_request_failure`` (Triton core, FailureReason).
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+#: The content type of :meth:`ServerStats.prometheus_text` (Prometheus text format 0.0.4).
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Triton core src/metrics.cc: family name, type and help, in Triton's registration order.
+_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes"),
+    ("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_exec_count", "counter",
+     "Number of model executions performed (does not include cached requests)"),
+    ("nv_inference_request_duration_us", "counter",
+     "Cumulative inference request duration in microseconds (includes cached requests)"),
+    ("nv_inference_queue_duration_us", "counter",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)"),
+    ("nv_inference_compute_input_duration_us", "counter",
+     "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_infer_duration_us", "counter",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_output_duration_us", "counter",
+     "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+    ("nv_inference_pending_request_count", "gauge",
+     "Instantaneous number of pending requests awaiting execution per-model."),
+    ("nv_model_load_duration_secs", "gauge", "Model load time in seconds"),
+)
+
+
+@dataclass
+class _Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class _BatchStats:
+    count: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+def _ns(value: int, what: str) -> int:
+    value = int(value)
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0 nanoseconds, got {value}")
+    return value
+
+
+class ModelStats:
+    """Cumulative statistics of one model version; thread-safe. Durations are nanoseconds."""
+
+    def __init__(self, name: str, version: int) -> None:
+        self.name = name
+        self.version = int(version)
+        self._lock = threading.Lock()
+        self._last_inference_ms = 0
+        self._inference_count = 0
+        self._execution_count = 0
+        self._success = _Duration()
+        self._fail = _Duration()
+        self._queue_ns = 0
+        self._compute_input_ns = 0
+        self._compute_infer_ns = 0
+        self._compute_output_ns = 0
+        self._batches: dict[int, _BatchStats] = {}
+        self._failures = dict.fromkeys(FAILURE_REASONS, 0)
+        # The Prometheus counters add ns // 1000 per request, as Triton does (so they can differ
+        # from the JSON's ns / 1000 by the truncated remainders).
+        self._request_us = 0
+        self._queue_us = 0
+        self._compute_input_us = 0
+        self._compute_infer_us = 0
+        self._compute_output_us = 0
+        self._pending = 0
+        self._load_seconds = 0.0
+
+    def record_request(
+        self,
+        *,
+        success: bool,
+        request_ns: int,
+        queue_ns: int = 0,
+        compute_input_ns: int = 0,
+        compute_infer_ns: int = 0,
+        compute_output_ns: int = 0,
+        batch_size: int = 1,
+        reason: str = "OTHER",
+    ) -> None:
+        """One finished request. ``request_ns`` is its end-to-end time in the server.
+
+        Success: ``success``, ``queue`` and ``compute_*`` get the durations (for a batched request,
+        the whole batch's compute durations, as Triton attributes them) and ``inference_count``
+        grows by ``batch_size`` (the request's rows; 1 for a model without batching). Failure: only
+        ``fail`` and the failure counter of ``reason`` (one of :data:`FAILURE_REASONS`).
+        """
+        request_ns = _ns(request_ns, "request_ns")
+        if success:
+            queue_ns = _ns(queue_ns, "queue_ns")
+            compute_input_ns = _ns(compute_input_ns, "compute_input_ns")
+            compute_infer_ns = _ns(compute_infer_ns, "compute_infer_ns")
+            compute_output_ns = _ns(compute_output_ns, "compute_output_ns")
+            if int(batch_size) < 0:
+                raise InvalidArgumentError(f"batch_size must be >= 0, got {batch_size}")
+            with self._lock:
+                self._inference_count += int(batch_size)
+                self._success.add(request_ns)
+                self._queue_ns += queue_ns
+                self._compute_input_ns += compute_input_ns
+                self._compute_infer_ns += compute_infer_ns
+                self._compute_output_ns += compute_output_ns
+                self._request_us += request_ns // 1000
+                self._queue_us += queue_ns // 1000
+                self._compute_input_us += compute_input_ns // 1000
+                self._compute_infer_us += compute_infer_ns // 1000
+                self._compute_output_us += compute_output_ns // 1000
+            return
+        if reason not in self._failures:
+            raise InvalidArgumentError(f"failure reason must be one of {', '.join(FAILURE_REASONS)}, got {reason!r}")
+        with self._lock:
+            self._fail.add(request_ns)
+            self._failures[reason] += 1
+
+    def record_execution(
+        self, *, batch_rows: int, compute_input_ns: int, compute_infer_ns: int, compute_output_ns: int
+    ) -> None:
+        """One executed batch of ``batch_rows`` rows (the sum of its requests' batch sizes)."""
+        rows = int(batch_rows)
+        if rows < 0:
+            raise InvalidArgumentError(f"batch_rows must be >= 0, got {batch_rows}")
+        compute_input_ns = _ns(compute_input_ns, "compute_input_ns")
+        compute_infer_ns = _ns(compute_infer_ns, "compute_infer_ns")
+        compute_output_ns = _ns(compute_output_ns, "compute_output_ns")
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            self._last_inference_ms = max(self._last_inference_ms, now_ms)
+            self._execution_count += 1
+            batch = self._batches.get(rows)
+            if batch is None:
+                batch = self._batches[rows] = _BatchStats()
+            batch.count += 1
+            batch.compute_input_ns += compute_input_ns
+            batch.compute_infer_ns += compute_infer_ns
+            batch.compute_output_ns += compute_output_ns
+
+    def pending_add(self, n: int) -> None:
+        """Move the pending-request gauge: +1 when queued, -1 when execution starts (or it leaves the queue)."""
+        with self._lock:
+            self._pending += int(n)
+
+    def set_load_duration(self, seconds: float) -> None:
+        """How long the version took to load (``nv_model_load_duration_secs``)."""
+        with self._lock:
+            self._load_seconds = float(seconds)
+
+    @property
+    def inference_count(self) -> int:
+        with self._lock:
+            return self._inference_count
+
+    @property
+    def execution_count(self) -> int:
+        with self._lock:
+            return self._execution_count
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def to_json(self) -> dict[str, Any]:
+        """This version's ``$model_stat`` object, as Triton writes it."""
+        with self._lock:
+            successes = self._success.count
+            compute_count = successes  # less cache hits, which triton_nb never has
+            batches = sorted(self._batches.items())
+            return {
+                "name": self.name,
+                "version": str(self.version),
+                "last_inference": self._last_inference_ms,
+                "inference_count": self._inference_count,
+                "execution_count": self._execution_count,
+                "inference_stats": {
+                    "success": self._success.to_json(),
+                    "fail": self._fail.to_json(),
+                    "queue": {"count": successes, "ns": self._queue_ns},
+                    "compute_input": {"count": compute_count, "ns": self._compute_input_ns},
+                    "compute_infer": {"count": compute_count, "ns": self._compute_infer_ns},
+                    "compute_output": {"count": compute_count, "ns": self._compute_output_ns},
+                    "cache_hit": {"count": 0, "ns": 0},
+                    "cache_miss": {"count": 0, "ns": 0},
+                },
+                "response_stats": {},
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": {"count": batch.count, "ns": batch.compute_input_ns},
+                        "compute_infer": {"count": batch.count, "ns": batch.compute_infer_ns},
+                        "compute_output": {"count": batch.count, "ns": batch.compute_output_ns},
+                    }
+                    for size, batch in batches
+                ],
+                "memory_usage": [],
+            }
+
+    def _metric_values(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Each family's samples for this version: (extra labels, value)."""
+        with self._lock:
+            return {
+                "nv_inference_request_success": [({}, self._success.count)],
+                "nv_inference_request_failure": [({"reason": r}, self._failures[r]) for r in FAILURE_REASONS],
+                "nv_inference_count": [({}, self._inference_count)],
+                "nv_inference_exec_count": [({}, self._execution_count)],
+                "nv_inference_request_duration_us": [({}, self._request_us)],
+                "nv_inference_queue_duration_us": [({}, self._queue_us)],
+                "nv_inference_compute_input_duration_us": [({}, self._compute_input_us)],
+                "nv_inference_compute_infer_duration_us": [({}, self._compute_infer_us)],
+                "nv_inference_compute_output_duration_us": [({}, self._compute_output_us)],
+                "nv_inference_pending_request_count": [({}, self._pending)],
+                "nv_model_load_duration_secs": [({}, self._load_seconds)],
+            }
+
+
+class _TritonCollector(Collector):
+    """Yields Triton's per-model families from a :class:`ServerStats`' models."""
+
+    def __init__(self, stats: ServerStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        models = self._stats._snapshot()
+        values = [(model, model._metric_values()) for model in models]
+        for name, kind, documentation in _FAMILIES:
+            metric = Metric(name, documentation, kind)
+            for model, samples in values:
+                for extra, value in samples[name]:
+                    labels = {"model": model.name, "version": str(model.version), **extra}
+                    metric.add_sample(name, labels, value)
+            yield metric
+
+
+def _format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4) of ``registry`` without prometheus_client's renaming:
+    a counter whose samples carry its own name (as :class:`ServerStats`' do) is exposed under that
+    name, with no ``_total``, as Triton exposes its counters. (Counters made with
+    ``prometheus_client.Counter`` keep their ``_total`` samples, under a matching ``# TYPE`` line;
+    their ``_created`` samples are left out.)"""
+    lines: list[str] = []
+    for metric in registry.collect():
+        kind = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(metric.type, metric.type)
+        name = metric.name
+        samples = metric.samples
+        if kind == "counter":
+            samples = [s for s in samples if s.name != name + "_created"]
+            if any(s.name == name + "_total" for s in samples):
+                name += "_total"
+        lines.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
+        lines.append(f"# TYPE {name} {kind}\n")
+        for sample in samples:
+            labels = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in sorted(sample.labels.items()))
+            label_text = f"{{{labels}}}" if labels else ""
+            lines.append(f"{sample.name}{label_text} {_format_value(sample.value)}\n")
+    return "".join(lines).encode("utf-8")
+
+
+class ServerStats:
+    """Statistics and metrics of every loaded model version of one server."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._models: dict[tuple[str, int], ModelStats] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_TritonCollector(self))
+
+    def model(self, name: str, version: int) -> ModelStats:
+        """The stats of ``name`` version ``version``, created (at zero) on first use."""
+        key = (name, int(version))
+        with self._lock:
+            stats = self._models.get(key)
+            if stats is None:
+                stats = self._models[key] = ModelStats(name, int(version))
+            return stats
+
+    def remove(self, name: str, version: int) -> None:
+        """Forget a version at unload: its statistics and its metric series go, as in Triton
+        (a reload starts from zero). Unknown versions are ignored."""
+        with self._lock:
+            self._models.pop((name, int(version)), None)
+
+    def _snapshot(self) -> list[ModelStats]:
+        with self._lock:
+            return [self._models[key] for key in sorted(self._models)]
+
+    def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """``{"model_stats": [...]}`` for every version (no ``name``), every version of ``name``
+        (``version`` None or -1), or one version. Unknown models and versions raise
+        :class:`~triton_nb.errors.InvalidArgumentError` with Triton's messages."""
+        models = self._snapshot()
+        if name:
+            models = [m for m in models if m.name == name]
+            if not models:
+                raise InvalidArgumentError(f"requested model '{name}' is not available")
+            if version is not None and int(version) != -1:
+                models = [m for m in models if m.version == int(version)]
+                if not models:
+                    raise InvalidArgumentError(f"requested model version is not available for model '{name}'")
+        return {"model_stats": [m.to_json() for m in models]}
+
+    def prometheus_text(self) -> bytes:
+        """The ``/metrics`` text of this server's models, with Triton's exact names."""
+        return exposition(self.registry)

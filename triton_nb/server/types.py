@@ -1,0 +1,122 @@
+"""The request and response that cross every boundary of the server, and tensor data types.
+
+One :class:`InferRequest` is built by a protocol adapter (in-process client, HTTP, gRPC),
+resolved by the model manager, queued by a scheduler and handed — in a list, one batch — to a
+backend, which answers with one :class:`InferResponse` per request. Tensors are numpy arrays
+with the batch dimension first when the model batches; BYTES tensors are object arrays of
+``bytes``, as in Triton's Python backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from triton_nb.errors import InvalidArgumentError
+
+__all__ = [
+    "DATATYPES",
+    "InferRequest",
+    "InferResponse",
+    "numpy_to_triton_dtype",
+    "triton_to_numpy_dtype",
+]
+
+# KServe v2 / Triton datatype names -> numpy dtypes. BYTES is an object array of bytes;
+# BF16 has no numpy type and travels as raw 16-bit words (uint16).
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+_NUMPY_TO_TRITON = {dtype: name for name, dtype in DATATYPES.items()}
+
+
+def triton_to_numpy_dtype(datatype: str) -> np.dtype:
+    """``"FP32"`` -> ``float32`` (also accepts config names such as ``"TYPE_FP32"``)."""
+    name = datatype.removeprefix("TYPE_")
+    if name == "STRING":
+        name = "BYTES"
+    try:
+        return DATATYPES[name]
+    except KeyError:
+        raise InvalidArgumentError(f"unknown datatype '{datatype}'") from None
+
+
+def numpy_to_triton_dtype(dtype: Any) -> str:
+    """``float32`` -> ``"FP32"``; unicode and bytes arrays are ``"BYTES"``."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "SUO":
+        return "BYTES"
+    try:
+        return _NUMPY_TO_TRITON[dtype]
+    except KeyError:
+        raise InvalidArgumentError(f"numpy dtype {dtype} has no Triton datatype") from None
+
+
+@dataclass
+class InferRequest:
+    """One inference request, as the scheduler and backends see it.
+
+    ``inputs`` hold numpy arrays whose first dimension is the batch when the model batches.
+    ``requested_outputs`` of None means every output. ``timeout_microseconds`` of 0 means the
+    model's queue policy decides. ``response_sender`` is set for decoupled models: the backend
+    streams ``(response, final)`` pairs through it instead of returning responses.
+    """
+
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    model_version: int = -1  # -1: the version the policy serves (the latest)
+    requested_outputs: list[str] | None = None
+    request_id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_microseconds: int = 0
+    arrival_ns: int = field(default_factory=time.monotonic_ns)
+    response_sender: Callable[[InferResponse, bool], None] | None = None
+    # Filled by the server as the request moves (ns): queue, compute_input/infer/output.
+    timing: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def batch_size(self, batching: bool) -> int:
+        """Rows this request adds to a batch: the first dim of its inputs, or 1 without batching."""
+        if not batching or not self.inputs:
+            return 1
+        return int(next(iter(self.inputs.values())).shape[0])
+
+
+@dataclass
+class InferResponse:
+    """The answer to one request: output tensors, or the error that failed this request alone."""
+
+    model_name: str
+    model_version: int
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    request_id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    error: Exception | None = None
+
+    def as_numpy(self, name: str) -> np.ndarray | None:
+        """The output named ``name`` (None if absent), like ``tritonclient``'s result."""
+        return self.outputs.get(name)
+
+    @classmethod
+    def failed(cls, request: InferRequest, error: Exception, version: int = -1) -> InferResponse:
+        return cls(model_name=request.model_name, model_version=version, request_id=request.request_id, error=error)
+
+
+def shapes_of(inputs: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(array.shape) for name, array in inputs.items()}
