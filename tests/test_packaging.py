@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _requirement_name(requirement: str) -> str:
-    return re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].strip().lower()
+    # PEP 503 normalisation: conda-forge spells some names with "_" where PyPI has "-"
+    return re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].strip().lower().replace("_", "-")
 
 
 def test_every_core_dependency_is_in_environment_yml():

@@ -10,23 +10,29 @@ Engines
 -------
 Up to four engines predict the same model, all giving the same float32 numbers:
 
-* ``xgboost`` — ``Booster.inplace_predict`` (XGBoost models): blocked, vectorised traversal,
-  the fastest from a few hundred rows up, but ~100 µs of fixed cost per call;
+* ``xgboost`` — XGBoost's predictor (XGBoost models), called through its C API
+  (``XGBoosterPredictFromDense``, what ``inplace_predict`` calls, without its ~50 µs of Python per
+  call) once checked against ``inplace_predict``: blocked traversal, the fastest from a few
+  hundred rows up, but ~80 µs of fixed cost per call;
 * ``lightgbm`` — ``Booster.predict`` (LightGBM models);
 * ``gtil`` — Treelite's reference predictor, available for every model as soon as it loads;
 * ``tl2cgen`` — the trees compiled to C by tl2cgen, plus a small dense-batch entry point of ours
   (:data:`_SHIM_SOURCE`) called through ctypes: no DMatrix, no per-call allocation in Python,
-  rows split over OpenMP threads. A few µs per row at batch 1 where the others cost 40-200 µs.
+  rows split over OpenMP threads (the OpenMP runtime XGBoost or Treelite already use, see
+  :func:`_openmp_runtime`). A few µs per row at batch 1, where the others cost 40-200 µs.
 
 Which engine answers a batch is decided by measurement, not by a fixed rule (the crossover
 between compiled if-else code and XGBoost's predictor moves with tree depth, tree count, feature
-count and threads): at load, and again once the compiled library is ready, every engine predicts
-1, 8, 64, 512 and 4096 rows of synthetic data (values drawn between the model's own split
-thresholds, 2% missing) a few times; the fastest (minimum time) wins each size band, a band
-running from the geometric mean of its size and the next smaller one to that with the next
-larger one. The compiled engine takes part twice, single-threaded and with ``cpu_nthread``
-threads. The same pass checks that every engine agrees with the reference (the native library,
-else GTIL) to 1e-5 and drops one that does not.
+count, threads and the machine's load). At load, and again once the compiled library is ready,
+every engine predicts 1, 8, 64, 512 and 4096 rows of synthetic data (values drawn between the
+model's own split thresholds, 2% missing): the fastest (minimum over a few calls) wins each size
+band, a band running from the geometric mean of its size and the next smaller one to that with
+the next larger one. The compiled engine takes part twice, single-threaded and with
+``cpu_nthread`` threads. The same pass checks that every engine agrees with the reference
+(``inplace_predict``, LightGBM's ``predict``, else GTIL) to 1e-5 and drops one that does not.
+While serving, :class:`_Selector` keeps timing the batches and now and then re-measures the other
+engines on a live batch (~2% of the time at most), so the choice follows a machine that gets
+busier or quieter.
 
 Compilation runs in a background thread (C generation with tl2cgen, then the system C compiler
 at low priority, one process per translation unit, killed on :meth:`FilBackend.finalize`);
@@ -328,10 +334,47 @@ def _as_rows(predictions: Any, rows: int) -> np.ndarray:
 
 
 def _xgboost_candidate(booster: Any, threads: int) -> _Candidate:
+    """``Booster.inplace_predict``, XGBoost's public API (the reference for XGBoost models)."""
     booster.set_param({"nthread": threads})
 
     def predict(x: np.ndarray) -> np.ndarray:
         return _as_rows(booster.inplace_predict(x, validate_features=False), x.shape[0])
+
+    return _Candidate("xgboost", threads, predict)
+
+
+def _xgboost_direct_candidate(booster: Any, threads: int) -> _Candidate | None:
+    """The same prediction through XGBoost's C API (``XGBoosterPredictFromDense``), which
+    ``inplace_predict`` calls after ~40-80 µs of Python work per call (type checks, JSON, a ctypes
+    class built per call): 10% of a 512-row batch. None when this XGBoost does not offer it; the
+    caller checks it agrees with :func:`_xgboost_candidate` before using it."""
+    try:
+        from xgboost import core
+
+        function = core._LIB.XGBoosterPredictFromDense
+        check = core._check_call
+        args = core.make_jcargs(type=0, training=False, iteration_begin=0, iteration_end=0, missing=float("nan"),
+                                strict_shape=False, cache_id=0)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    booster.set_param({"nthread": threads})
+    no_proxy = ctypes.c_void_p()
+    float_p, ulong_p = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_uint64)
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        rows, columns = x.shape
+        interface = b'{"data": [%d, true], "shape": [%d, %d], "typestr": "<f4", "version": 3}' % (
+            x.ctypes.data, rows, columns)
+        shape, dims, values = ulong_p(), ctypes.c_uint64(), float_p()
+        check(function(booster.handle, interface, args, no_proxy, ctypes.byref(shape), ctypes.byref(dims),
+                       ctypes.byref(values)))
+        size = 1
+        for axis in range(dims.value):
+            size *= shape[axis]
+        # The result lives in a per-thread buffer of the booster: copy it out before the next call.
+        out = np.empty(size, dtype=np.float32)
+        ctypes.memmove(out.ctypes.data, values, size * 4)
+        return out.reshape(rows, -1)
 
     return _Candidate("xgboost", threads, predict)
 
@@ -619,11 +662,16 @@ class _Builder:
             self._run_all(commands, workdir)
             target = workdir / f"model{_library_suffix()}"
             link = [*self.compiler, "-shared", *_COMPILE_FLAGS, "-o", str(target), *map(str, objects), "-lm"]
-            if self.runtime is not None:
-                # Link the OpenMP runtime the other engines use (see _openmp_runtime), not the system's.
-                self._run_all([[*link, str(self.runtime), f"-Wl,-rpath,{self.runtime.parent}"]], workdir)
+            default_link = [*link, *(["-fopenmp"] if self.openmp else [])]
+            if self.runtime is None:
+                self._run_all([default_link], workdir)
             else:
-                self._run_all([[*link, *(["-fopenmp"] if self.openmp else [])]], workdir)
+                # Link the OpenMP runtime the other engines use (see _openmp_runtime), not the system's.
+                try:
+                    self._run_all([[*link, str(self.runtime), f"-Wl,-rpath,{self.runtime.parent}"]], workdir)
+                except RuntimeError as exc:
+                    log.debug("%s: linking against %s failed (%s); using the default", self.label, self.runtime, exc)
+                    self._run_all([default_link], workdir)
             self._check()
             os.replace(target, self.library_path)  # atomic: readers see no library or a whole one
             return self.library_path
@@ -755,10 +803,10 @@ class _Selector:
     way towards it, a slower sample by at most 13% (so one preempted call hardly counts, while a
     lasting slowdown shows within a few batches). The cheapest estimate serves, switching only for
     a 10% gain; every other candidate is re-measured on a live batch now and then (engines give the
-    same outputs, so that is safe), at intervals that keep the cost of re-measuring to ~3% on
-    average: ``(its cost / best cost - 1) / 0.03`` batches, between 8 and 4096, brought forward
-    when the best gets slower. So when the machine gets busier — which hurts multi-threaded
-    engines most — the choice follows.
+    same outputs, so that is safe), at intervals that keep the cost of all re-measuring to ~2% on
+    average: ``(its cost / best cost - 1) * (candidates - 1) / 0.02`` batches, between 8 and 4096,
+    brought forward when the best gets 10% slower. So when the machine gets busier — which hurts
+    multi-threaded engines most — the choice follows.
 
     Only the serving thread calls :meth:`pick` and :meth:`record`; a recalibration replaces the
     whole selector.
@@ -767,7 +815,8 @@ class _Selector:
     _ALPHA = 0.5
     _MAX_RISE = 0.25  # log units per sample, before _ALPHA
     _SWITCH = math.log(0.9)
-    _OVERHEAD = 0.03
+    _RESCHEDULE = math.log(1.1)  # the best got 10% slower: bring the re-measuring forward
+    _OVERHEAD = 0.02  # of all re-measuring together, on average
     _MIN_INTERVAL, _MAX_INTERVAL = 8, 4096
 
     def __init__(self, candidates: Sequence[_Candidate], timings: dict[str, dict[int, float]] | None = None,
@@ -781,6 +830,8 @@ class _Selector:
         self._next_probe = [[0] * count for _ in range(bands)]
         self._soonest: list[float] = [math.inf] * bands  # the earliest re-measuring due in each band
         self._best = list(fixed) if fixed is not None else [0] * bands
+        self._anchor = [0.0] * bands  # the best's cost when the re-measuring was last scheduled
+        self._others = max(1, count - 1)
         if not self.adaptive:
             return
         assert timings is not None
@@ -789,6 +840,7 @@ class _Selector:
             for index, candidate in enumerate(self.candidates):
                 costs[index] = math.log(max(timings[candidate.label][size], 1e-9) / size)
             best = self._best[band] = min(range(count), key=costs.__getitem__)
+            self._anchor[band] = costs[best]
             for index in range(count):
                 if index != best:
                     self._next_probe[band][index] = self._interval(costs[index] - costs[best])
@@ -796,7 +848,7 @@ class _Selector:
 
     def _interval(self, log_ratio: float) -> int:
         excess = math.exp(min(log_ratio, 20.0)) - 1.0
-        return max(self._MIN_INTERVAL, min(self._MAX_INTERVAL, math.ceil(excess / self._OVERHEAD)))
+        return max(self._MIN_INTERVAL, min(self._MAX_INTERVAL, math.ceil(excess * self._others / self._OVERHEAD)))
 
     def _update_soonest(self, band: int) -> None:
         best = self._best[band]
@@ -823,10 +875,15 @@ class _Selector:
         """What serving a batch of ``rows`` rows with candidate ``index`` cost."""
         costs = self._cost[band]
         step = math.log(max(seconds, 1e-9) / rows) - costs[index]
-        costs[index] += self._ALPHA * min(step, self._MAX_RISE)
+        cost = costs[index] = costs[index] + self._ALPHA * min(step, self._MAX_RISE)
         best = self._best[band]
-        if index == best and step <= 0:
-            return  # the usual case: the best is no slower than it was
+        if index == best:  # the usual case: nothing to do unless the best got clearly slower
+            anchor = self._anchor[band]
+            if cost < anchor:
+                self._anchor[band] = cost
+                return
+            if cost < anchor + self._RESCHEDULE:
+                return
         calls = self._calls[band]
         probes = self._next_probe[band]
         if index != best:
@@ -834,6 +891,7 @@ class _Selector:
         cheapest = min(range(len(costs)), key=costs.__getitem__)
         if cheapest != best and costs[cheapest] - costs[best] < self._SWITCH:
             self._best[band] = best = cheapest
+        self._anchor[band] = costs[best]
         # A best that got slower (or a new best) brings the re-measuring of the others forward.
         for other, cost in enumerate(costs):
             if other != best:
@@ -844,6 +902,7 @@ class _Selector:
 # --------------------------------------------------------------------------------------------
 # The backend
 # --------------------------------------------------------------------------------------------
+
 
 def _default_threads() -> int:
     try:
@@ -956,6 +1015,10 @@ class FilBackend(Backend):
         else:
             reference = _gtil_candidate(model.treelite, self.threads)
         self._expected = reference.predict(self._data[:_AGREEMENT_ROWS])
+        if model.xgboost is not None:
+            direct = _xgboost_direct_candidate(model.xgboost, self.threads)
+            if direct is not None and self._agrees(direct):
+                reference = direct
         candidates = [reference]
         if reference.engine != "gtil":
             gtil = _gtil_candidate(model.treelite, self.threads)

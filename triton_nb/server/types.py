@@ -10,7 +10,7 @@ with the batch dimension first when the model batches; BYTES tensors are object 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,3 @@ class InferResponse:
     def failed(cls, request: InferRequest, error: Exception, version: int = -1) -> InferResponse:
         return cls(model_name=request.model_name, model_version=version, request_id=request.request_id, error=error)
 
-
-def shapes_of(inputs: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-    return {name: tuple(array.shape) for name, array in inputs.items()}
