@@ -143,9 +143,12 @@ def main() -> None:
         for name in ("preprocessing", "fil"):
             server.update_batching(name, max_queue_delay_microseconds=0)
         p50 = concurrency_1(client, one_row, args.seconds)
-        for name in ("preprocessing", "fil"):
-            server.update_batching(name, max_queue_delay_microseconds=200)
-        throughput = concurrency_n(client, one_row, 64, args.seconds)
+        throughputs = {}
+        for delay_us in (500, 2000, 8000):  # what the tuner would try; the best counts
+            for name in ("preprocessing", "fil"):
+                server.update_batching(name, max_queue_delay_microseconds=delay_us)
+            throughputs[delay_us] = concurrency_n(client, one_row, 64, args.seconds)
+        best_delay, throughput = max(throughputs.items(), key=lambda item: item[1])
     floor_latency = floors[1]
     floor_rate = 64 / floors[64]
     print(f"model: {model.best_iteration + 1} trees, depth 8; 15 features")
@@ -155,8 +158,10 @@ def main() -> None:
     print(f"c=1  p50 latency: {p50 * 1e6:8.1f} us   = {ratio:.2f}x floor   target <= 5x   "
           f"{'ok' if ratio <= 5 else 'BELOW'}")
     share = throughput / floor_rate
-    print(f"c=64 throughput:  {throughput:8,.0f} rows/s = {share:.0%} of floor   target >= 30%   "
-          f"{'ok' if share >= 0.3 else 'BELOW'}")
+    for delay_us, rate in throughputs.items():
+        print(f"c=64, max_queue_delay_microseconds={delay_us}: {rate:8,.0f} rows/s")
+    print(f"c=64 throughput:  {throughput:8,.0f} rows/s = {share:.0%} of floor (delay {best_delay} us)   "
+          f"target >= 30%   {'ok' if share >= 0.3 else 'BELOW'}")
 
 
 if __name__ == "__main__":

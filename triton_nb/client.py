@@ -121,11 +121,14 @@ class InProcessClient:
         parameters: Mapping[str, Any] | None,
     ) -> InferRequest:
         version = _version(model_version)
-        config = self._server.model_config(model_name, version)
         if isinstance(inputs, pd.DataFrame):
-            arrays = self._from_frame(config, inputs)
+            arrays = self._from_frame(self._server.input_config(model_name, version), inputs)
         elif isinstance(inputs, Mapping):
-            arrays = {name: self._array(config, name, value) for name, value in inputs.items()}
+            arrays = dict(inputs)
+            # Only text given as unicode needs the config (to become BYTES); numpy arrays pass as they are.
+            if any(not isinstance(v, np.ndarray) or v.dtype.kind == "U" for v in arrays.values()):
+                config = self._server.input_config(model_name, version)
+                arrays = {name: self._array(config, name, value) for name, value in arrays.items()}
         else:
             raise InvalidArgumentError(
                 f"inputs must be a dict of name -> numpy array or a pandas DataFrame, got {type(inputs).__name__}"

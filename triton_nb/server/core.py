@@ -104,10 +104,31 @@ class _Version:
     scheduler: Scheduler | None = None  # None for ensembles
     ensemble: EnsembleScheduler | None = None
     next_instance: int = 0
+    # The config's tensors, read once: checking every request against the protobuf is slow.
+    inputs: dict[str, _TensorSpec] = field(default_factory=dict)
+    required: frozenset[str] = frozenset()
+    outputs: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.inputs = {t.name: _TensorSpec.of(t) for t in self.config.input}
+        self.required = frozenset(t.name for t in self.config.input if not t.optional)
+        self.outputs = frozenset(t.name for t in self.config.output)
 
     @property
     def batching(self) -> bool:
         return self.config.max_batch_size > 0
+
+
+@dataclass(frozen=True)
+class _TensorSpec:
+    dtype: np.dtype
+    dims: tuple[int, ...]
+    variable: bool  # some dim is -1
+
+    @classmethod
+    def of(cls, tensor: mc.ModelInput) -> _TensorSpec:
+        dims = tuple(tensor.dims)
+        return cls(triton_to_numpy_dtype(mc.DataType.Name(tensor.data_type)), dims, -1 in dims)
 
 
 @dataclass
@@ -687,6 +708,11 @@ class InferenceServer:
                 del config.instance_group[1:]
         return config
 
+    def input_config(self, name: str, version: int = -1) -> ModelConfig:
+        """The loaded config itself, not a copy (read it, never change it): what clients need
+        to convert inputs, without the cost of :meth:`model_config` on every request."""
+        return self._resolve(name, version).config
+
     def model_metadata(self, name: str, version: int = -1) -> dict[str, Any]:
         """KServe v2 model metadata."""
         target = self._resolve(name, version)
@@ -786,40 +812,36 @@ def _check_request(target: _Version, request: InferRequest, live_max_batch_size:
 
     ``live_max_batch_size`` is the scheduler's current limit, which a live update may have
     lowered below the config's."""
-    config = target.config
-    limit = live_max_batch_size or config.max_batch_size
     name = target.name
-    declared = {t.name: t for t in config.input}
-    missing = [n for n, t in declared.items() if n not in request.inputs and not t.optional]
-    if missing:
-        raise InvalidArgumentError(f"model '{name}': missing input tensor(s) {', '.join(map(repr, missing))}")
-    extra = [n for n in request.inputs if n not in declared]
-    if extra:
+    batching = target.config.max_batch_size > 0
+    limit = live_max_batch_size or target.config.max_batch_size
+    given = request.inputs.keys()
+    if not target.required <= given or not given <= target.inputs.keys():
+        missing = sorted(target.required - given)
+        if missing:
+            raise InvalidArgumentError(f"model '{name}': missing input tensor(s) {', '.join(map(repr, missing))}")
+        extra = [n for n in given if n not in target.inputs]
         raise InvalidArgumentError(
             f"model '{name}': unexpected input tensor(s) {', '.join(map(repr, extra))}; it takes "
-            f"{', '.join(map(repr, declared))}")
+            f"{', '.join(map(repr, target.inputs))}")
     batch: int | None = None
     for tensor_name, array in request.inputs.items():
-        spec = declared[tensor_name]
+        spec = target.inputs[tensor_name]
         if not isinstance(array, np.ndarray):
             raise InvalidArgumentError(f"model '{name}': input '{tensor_name}' must be a numpy array")
-        expected = triton_to_numpy_dtype(mc.DataType.Name(spec.data_type))
-        if expected.kind == "O":
-            if array.dtype.kind not in "OS":
+        if array.dtype != spec.dtype and not (spec.dtype.kind == "O" and array.dtype.kind == "S"):
+            if spec.dtype.kind == "O":
                 raise InvalidArgumentError(
-                    f"model '{name}': input '{tensor_name}' is BYTES; got {numpy_to_triton_dtype(array.dtype)} "
-                    f"({array.dtype})")
-        elif array.dtype != expected:
+                    f"model '{name}': input '{tensor_name}' is BYTES; got {_datatype_name(array.dtype)}")
             raise InvalidArgumentError(
-                f"model '{name}': input '{tensor_name}' expects datatype {numpy_to_triton_dtype(expected)}, got "
+                f"model '{name}': input '{tensor_name}' expects datatype {numpy_to_triton_dtype(spec.dtype)}, got "
                 f"{_datatype_name(array.dtype)}")
-        shape = list(array.shape)
-        dims = list(spec.dims)
-        if config.max_batch_size > 0:
-            if len(shape) != len(dims) + 1:
+        shape = array.shape
+        if batching:
+            if len(shape) != len(spec.dims) + 1:
                 raise InvalidArgumentError(
-                    f"model '{name}': input '{tensor_name}' has shape {shape}; expected [batch, "
-                    f"{', '.join(map(str, dims))}]")
+                    f"model '{name}': input '{tensor_name}' has shape {list(shape)}; expected [batch, "
+                    f"{', '.join(map(str, spec.dims))}]")
             rows = shape[0]
             if rows < 1 or rows > limit:
                 raise InvalidArgumentError(f"model '{name}': batch size {rows} of input '{tensor_name}' "
@@ -828,15 +850,15 @@ def _check_request(target: _Version, request: InferRequest, live_max_batch_size:
                 raise InvalidArgumentError(f"model '{name}': inputs have different batch sizes ({batch} and {rows})")
             batch = rows
             shape = shape[1:]
-        if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape, strict=True)):
+        if shape != spec.dims and (not spec.variable or len(shape) != len(spec.dims) or any(
+                d != -1 and d != s for d, s in zip(spec.dims, shape, strict=True))):
             raise InvalidArgumentError(
                 f"model '{name}': input '{tensor_name}' has shape {list(array.shape)}; the model expects "
-                f"{(['-1'] if config.max_batch_size > 0 else []) + [str(d) for d in dims]}")
-    outputs = {t.name for t in config.output}
-    for output in request.requested_outputs or []:
-        if output not in outputs:
+                f"{(['-1'] if batching else []) + [str(d) for d in spec.dims]}")
+    for output in request.requested_outputs or ():
+        if output not in target.outputs:
             raise InvalidArgumentError(
-                f"model '{name}': unknown output '{output}'; it has {', '.join(sorted(outputs))}")
+                f"model '{name}': unknown output '{output}'; it has {', '.join(sorted(target.outputs))}")
 
 
 def _datatype_name(dtype: np.dtype) -> str:
