@@ -28,24 +28,17 @@ from triton_nb.fraud import (
     US_STATE_CODES,
     FraudPreprocessor,
     generate_transactions,
+    request_tensors,
 )
+from triton_nb.fraud.features import FP32_INPUTS
 
 BATCH_SIZES = (1, 8, 64, 512, 4096)
-FP32_INPUTS = ("User", "Card", "Year", "Month", "Day")
 TARGETS = {1: 20.0, 8: 20.0, 64: 20.0, 512: 3.0, 4096: 3.0}
 
 
 def triton_inputs(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """The request tensors Triton's Python backend would hand the preprocessing model."""
-    inputs = {}
-    for name in RAW_INPUT_COLUMNS:
-        values = frame[name]
-        if name in FP32_INPUTS:
-            inputs[name] = values.to_numpy(np.float32).reshape(-1, 1)
-        else:
-            text = values.astype(object).where(values.notna(), "").astype(str)
-            inputs[name] = np.array([s.encode() for s in text], dtype=object).reshape(-1, 1)
-    return inputs
+    return request_tensors(frame)
 
 
 class ExampleBaseline:

@@ -37,19 +37,9 @@ from triton_nb.repository import export_fraud_repository
 from triton_nb.repository.config import effective_config, load_config
 from triton_nb.server.types import InferRequest
 
-FP32 = ("User", "Card", "Year", "Month", "Day")
-
 
 def triton_tensors(rows) -> dict[str, np.ndarray]:
-    out = {}
-    for name in fraud.RAW_INPUT_COLUMNS:
-        values = rows[name]
-        if name in FP32:
-            out[name] = values.to_numpy(np.float32).reshape(-1, 1)
-        else:
-            text = ["" if v != v or v is None else str(v) for v in values]
-            out[name] = np.array([t.encode() for t in text], dtype=object).reshape(-1, 1)
-    return out
+    return fraud.request_tensors(rows)
 
 
 def best_seconds(function, repeats: int = 2000) -> float:

@@ -18,7 +18,13 @@ import pandas as pd
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
+from triton_nb.server.types import (
+    InferRequest,
+    InferResponse,
+    numpy_to_triton_dtype,
+    text_to_bytes,
+    triton_to_numpy_dtype,
+)
 
 if TYPE_CHECKING:
     from triton_nb.server.core import InferenceServer
@@ -87,21 +93,6 @@ def _version(model_version: str | int) -> int:
         raise InvalidArgumentError(f"model_version must be a number, got {model_version!r}") from None
 
 
-def _as_bytes_column(values: pd.Series | np.ndarray) -> np.ndarray:
-    """Text (or numbers written as text) to an object array of UTF-8 bytes; missing -> b""."""
-    series = values if isinstance(values, pd.Series) else pd.Series(values)
-    missing = series.isna().to_numpy()
-    # object -> str lets numpy size the unicode array (to_numpy(dtype=str) would truncate)
-    if series.dtype.kind == "f":  # numbers carried as text keep their float spelling, "91750.0"
-        text = series.astype(str).to_numpy(dtype=object).astype(str)
-    else:
-        text = series.astype(object).where(~missing, "").to_numpy(dtype=object).astype(str)
-    encoded = np.char.encode(text, "utf-8").astype(object)
-    if missing.any():
-        encoded[missing] = b""
-    return encoded
-
-
 class InProcessClient:
     """Calls on an :class:`~triton_nb.server.core.InferenceServer` in this process."""
 
@@ -167,7 +158,7 @@ class InProcessClient:
                 continue
             column = frame[spec.name]
             if spec.data_type == mc.TYPE_STRING:
-                values = _as_bytes_column(column)
+                values = text_to_bytes(column)
             else:
                 dtype = triton_to_numpy_dtype(mc.DataType.Name(spec.data_type))
                 try:

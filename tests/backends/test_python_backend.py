@@ -226,19 +226,10 @@ def fraud_setup(tmp_path_factory):
     return frame, model, repo
 
 
-FP32_COLUMNS = ("User", "Card", "Year", "Month", "Day")
 
 
 def fraud_inputs(rows: pd.DataFrame) -> dict[str, np.ndarray]:
-    out = {}
-    for name in fraud.RAW_INPUT_COLUMNS:
-        values = rows[name]
-        if name in FP32_COLUMNS:
-            out[name] = values.to_numpy(np.float32).reshape(-1, 1)
-        else:
-            text = ["" if pd.isna(v) else str(v) for v in values]
-            out[name] = np.array([t.encode() for t in text], dtype=object).reshape(-1, 1)
-    return out
+    return fraud.request_tensors(rows)
 
 
 def test_exported_preprocessing_model_matches_the_preprocessor(fraud_setup, backends):

@@ -16,10 +16,8 @@ import xgboost as xgb
 from real_triton import RealTritonServer, tritonserver_unavailable_reason
 from tritonclient.utils import InferenceServerException
 
-from triton_nb.fraud import RAW_INPUT_COLUMNS
+from triton_nb.fraud import request_tensors
 from triton_nb.repository import export_fraud_repository
-
-FP32 = ("User", "Card", "Year", "Month", "Day")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,15 +28,7 @@ def _server_available():
 
 
 def tensors(rows: pd.DataFrame) -> dict[str, np.ndarray]:
-    out = {}
-    for name in RAW_INPUT_COLUMNS:
-        values = rows[name]
-        if name in FP32:
-            out[name] = values.to_numpy(np.float32).reshape(-1, 1)
-        else:
-            text = ["" if pd.isna(v) else str(v) for v in values]
-            out[name] = np.array([t.encode() for t in text], dtype=object).reshape(-1, 1)
-    return out
+    return request_tensors(rows)
 
 
 def _http_inputs(data: dict[str, np.ndarray]) -> list:

@@ -26,7 +26,7 @@ from triton_nb.fraud.evaluate import (
     plot_feature_importance,
     plot_precision_recall,
 )
-from triton_nb.fraud.features import ENCODED_COLUMNS, FEATURE_NAMES, UNKNOWN, FraudPreprocessor
+from triton_nb.fraud.features import ENCODED_COLUMNS, FEATURE_NAMES, UNKNOWN, FraudPreprocessor, request_tensors
 from triton_nb.fraud.train import DEFAULT_NUM_BOOST_ROUND, TrainedFraudModel, resolve_device, train_fraud_model
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "load_tabformer_csv",
     "plot_feature_importance",
     "plot_precision_recall",
+    "request_tensors",
     "resolve_device",
     "train_fraud_model",
     "write_tabformer_csv",

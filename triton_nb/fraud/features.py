@@ -64,9 +64,28 @@ __all__ = [
     "UNKNOWN",
     "FraudPreprocessor",
     "canonical_categories",
+    "request_tensors",
 ]
 
+#: The raw inputs Triton carries as FP32; the others are BYTES.
+FP32_INPUTS: tuple[str, ...] = ("User", "Card", "Year", "Month", "Day")
+
 Columns = Mapping[str, Any]
+
+
+def request_tensors(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The 14 tensors of a Triton request for these transactions, as Triton's Python backend
+    hands them to the preprocessing model: FP32 ``[n, 1]`` for User, Card, Year, Month, Day and
+    BYTES (object arrays of UTF-8 bytes) ``[n, 1]`` for the rest."""
+    from triton_nb.server.types import text_to_bytes
+
+    missing = [name for name in RAW_INPUT_COLUMNS if name not in frame.columns]
+    if missing:
+        raise InvalidArgumentError("missing input column(s): " + ", ".join(repr(name) for name in missing))
+    return {
+        name: (frame[name].to_numpy(np.float32) if name in FP32_INPUTS else text_to_bytes(frame[name])).reshape(-1, 1)
+        for name in RAW_INPUT_COLUMNS
+    }
 
 
 def canonical_categories(data: Columns | pd.DataFrame, unknown_value: str = UNKNOWN) -> dict[str, np.ndarray]:

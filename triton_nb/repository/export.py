@@ -34,6 +34,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from triton_nb.backends.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
+from triton_nb.fraud.features import FP32_INPUTS
 from triton_nb.fraud.train import TrainedFraudModel
 from triton_nb.repository.config import ModelConfig, check_model_config, save_config
 from triton_nb.repository.tree_export import describe_tree_model, write_fil_model_file, write_onnx_model
@@ -54,8 +55,6 @@ TREE_MODEL = "fil"  # the example's name, whichever backend serves the trees
 ENSEMBLE_MODEL = "ensemble"
 MODEL_BACKENDS = ("fil", "python", "onnxruntime")
 
-# The raw inputs Triton carries as FP32; the others are BYTES (TYPE_STRING).
-_FP32_INPUTS = ("User", "Card", "Year", "Month", "Day")
 _INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
 _EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
 
@@ -115,7 +114,7 @@ def _tensor(collection: Any, name: str, data_type: int, dims: Sequence[int]) -> 
 
 def _raw_inputs(config: ModelConfig) -> None:
     for name in RAW_INPUT_COLUMNS:
-        _tensor(config.input, name, mc.TYPE_FP32 if name in _FP32_INPUTS else mc.TYPE_STRING, [1])
+        _tensor(config.input, name, mc.TYPE_FP32 if name in FP32_INPUTS else mc.TYPE_STRING, [1])
 
 
 def _preprocessing_config(batching: BatchingOptions, execution_env: str | None) -> ModelConfig:

@@ -23,6 +23,7 @@ __all__ = [
     "InferRequest",
     "InferResponse",
     "numpy_to_triton_dtype",
+    "text_to_bytes",
     "triton_to_numpy_dtype",
 ]
 
@@ -66,6 +67,25 @@ def numpy_to_triton_dtype(dtype: Any) -> str:
         return _NUMPY_TO_TRITON[dtype]
     except KeyError:
         raise InvalidArgumentError(f"numpy dtype {dtype} has no Triton datatype") from None
+
+
+def text_to_bytes(values: Any) -> np.ndarray:
+    """A column of text (or numbers meant as text) as a BYTES tensor: an object array of UTF-8
+    ``bytes``, missing values (None, NaN) as ``b""``. Floats keep their spelling (``91750.0``),
+    as TabFormer writes zips."""
+    import pandas as pd
+
+    series = values if isinstance(values, pd.Series) else pd.Series(values)
+    missing = series.isna().to_numpy()
+    # object -> str lets numpy size the unicode array (to_numpy(dtype=str) would truncate)
+    if series.dtype.kind == "f":
+        text = series.astype(str).to_numpy(dtype=object).astype(str)
+    else:
+        text = series.astype(object).where(~missing, "").to_numpy(dtype=object).astype(str)
+    encoded = np.char.encode(text, "utf-8").astype(object)
+    if missing.any():
+        encoded[missing] = b""
+    return encoded
 
 
 @dataclass
