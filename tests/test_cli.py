@@ -61,7 +61,9 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
 
 def test_demo_runs_as_far_as_the_project_goes(tmp_path, capsys):
     assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(tmp_path / "demo")]) == 0
-    assert "demo finished" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "demo finished" in printed
+    assert "100.0% agree with XGBoost" in printed
     assert (tmp_path / "demo" / "model" / "xgboost.json").is_file()
 
 

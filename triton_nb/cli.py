@@ -147,6 +147,7 @@ def _demo(args: argparse.Namespace) -> None:
     )
     problems = validate_repository(repository)
     print(f"exported the Triton model repository {repository}/ ({len(problems)} validation problem(s))")
+    _serve_in_process(repository, fraud.TrainedFraudModel.load(out / "model"), args.seed)
     print("demo finished")
 
 
@@ -187,6 +188,23 @@ def _validate(args: argparse.Namespace) -> int:
     errors = sum(problem.severity == "error" for problem in problems)
     print(f"{args.repository}: {errors} error(s), {len(problems) - errors} warning(s)")
     return 1 if errors else 0
+
+
+def _serve_in_process(repository: Path, model, seed: int) -> None:
+    """Serve the exported repository in this process and check it answers like XGBoost."""
+    import numpy as np
+
+    from triton_nb import fraud, serve
+
+    holdout = fraud.generate_transactions(2_000, seed=seed + 1)
+    with serve(repository) as server:
+        client = server.client()
+        started = time.perf_counter()
+        predictions = client.infer("ensemble", holdout).as_numpy("predictions")[:, 0]
+        seconds = time.perf_counter() - started
+    agree = float(np.mean(predictions == model.predict(holdout)))
+    print(f"served {len(holdout):,} transactions through the in-process server's ensemble in {seconds * 1e3:.0f} ms; "
+          f"{agree:.1%} agree with XGBoost, {int(predictions.sum())} flagged as fraud")
 
 
 def _generate(args: argparse.Namespace) -> None:
