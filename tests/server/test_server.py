@@ -264,3 +264,80 @@ def test_stop_answers_or_fails_in_flight_requests_promptly(tmp_path):
 def test_public_api():
     assert callable(triton_nb.serve)
     assert triton_nb.InferenceServer is InferenceServer
+
+
+DECOUPLED_CONFIG = """
+name: "counter"
+backend: "python"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+"""
+
+DECOUPLED_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            for i in range(count):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("I", np.array([i], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+BLS_CONFIG = """
+name: "caller"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Z" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+BLS_MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Z = scale(X) + 1, calling the model 'scale' through the server (BLS)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            inner = pb_utils.InferenceRequest(model_name="scale", inputs=[x], requested_output_names=["Y"])
+            answer = inner.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=answer.error()))
+                continue
+            y = pb_utils.get_output_tensor_by_name(answer, "Y").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Z", y + 1)]))
+        return responses
+'''
+
+
+def _python_model(repo, name, config, code):
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+    (repo / name / "1" / "model.py").write_text(code)
+
+
+def test_decoupled_model_streams_through_the_client(repo):
+    _python_model(repo, "counter", DECOUPLED_CONFIG, DECOUPLED_MODEL)
+    with serve(repo) as server:
+        results = list(server.client().stream_infer("counter", {"N": np.array([4], np.int32)}))
+        assert [int(r.as_numpy("I")[0]) for r in results] == [0, 1, 2, 3]
+
+
+def test_bls_calls_another_model_through_the_server(repo):
+    _python_model(repo, "caller", BLS_CONFIG, BLS_MODEL)
+    with serve(repo) as server:
+        client = server.client()
+        np.testing.assert_array_equal(client.infer("caller", {"X": x(3)}).as_numpy("Z"), x(3) * 2 + 1)
+        scale_stats = client.get_inference_statistics("scale")["model_stats"][0]
+        assert scale_stats["inference_stats"]["success"]["count"] == 1  # the inner call went through 'scale'
