@@ -492,7 +492,8 @@ class InferenceServer:
             retire()
         else:
             thread = threading.Thread(target=retire, name=f"triton-nb-retire-{version.name}", daemon=True)
-            self._retiring.append(thread)
+            # keep only retirements still running: a long-lived server reloads many times
+            self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
             thread.start()
 
     def _fingerprints(self, source: Path, loaded: list[_Version]) -> dict[int, str]:
