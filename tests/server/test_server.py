@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import write_scale_model
+from scale_models import write_scale_model
 
 import triton_nb
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError

@@ -1,0 +1,58 @@
+"""Small model repositories for server tests, written in real Triton's style."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+SCALE_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: {max_batch_size}
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+instance_group [ {{ count: {count} kind: KIND_CPU }} ]
+parameters {{ key: "factor" value: {{ string_value: "{factor}" }} }}
+{extra}
+"""
+
+SCALE_MODEL = '''
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Y = X * factor; records the batch sizes it saw in a file next to it."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.factor = float(config["parameters"]["factor"]["string_value"])
+        self.sleep = float(config["parameters"].get("sleep_s", {}).get("string_value", "0"))
+
+    def execute(self, requests):
+        if self.sleep:
+            time.sleep(self.sleep)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if not np.isfinite(x).all():
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[], error=pb_utils.TritonError("X has NaN", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", x * self.factor)]))
+        return responses
+'''
+
+
+def write_scale_model(repo: Path, name: str = "scale", factor: float = 2.0, max_batch_size: int = 8,
+                      count: int = 1, extra: str = "dynamic_batching { max_queue_delay_microseconds: 2000 }",
+                      version: int = 1) -> Path:
+    folder = repo / name
+    (folder / str(version)).mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(SCALE_CONFIG.format(name=name, factor=factor, max_batch_size=max_batch_size,
+                                                             count=count, extra=extra))
+    (folder / str(version) / "model.py").write_text(textwrap.dedent(SCALE_MODEL))
+    return folder
