@@ -4,6 +4,7 @@ The public API is what ``__all__`` lists; everything else is private implementat
 """
 
 from triton_nb import errors, fraud
+from triton_nb._version import __version__
 from triton_nb.client import InferResult, InProcessClient
 from triton_nb.errors import (
     InvalidArgumentError,
@@ -14,8 +15,6 @@ from triton_nb.errors import (
     UnsafeFileError,
 )
 from triton_nb.server.core import InferenceServer, serve
-
-__version__ = "0.1.0"
 
 __all__ = [
     "InProcessClient",

@@ -6,7 +6,8 @@ Sub-commands:
 * ``generate`` — write synthetic TabFormer transactions as CSV;
 * ``train``    — train the fraud model on synthetic data or a real TabFormer CSV;
 * ``export``   — write the example as a Triton model repository;
-* ``validate`` — check a model repository the way Triton does when loading it.
+* ``validate`` — check a model repository the way Triton does when loading it;
+* ``serve``    — serve a model repository over HTTP, gRPC and metrics, as ``tritonserver`` does.
 
 User mistakes end with a one-line message on stderr and exit status 2; no traceback.
 """
@@ -104,7 +105,53 @@ def _build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check a model repository as Triton would")
     validate.add_argument("repository", type=Path)
+
+    _add_serve_parser(commands)
     return parser
+
+
+def _flag(text: str) -> bool:
+    """Triton's boolean flag values: ``--allow-grpc=false``."""
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535 (0 picks a free one), got {value}")
+    return value
+
+
+def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    """``triton-nb serve``, with tritonserver's flag names where it has them."""
+    serve = commands.add_parser("serve", help="serve a model repository over HTTP, gRPC and metrics")
+    serve.add_argument("--model-repository", "--model-store", type=Path, required=True, dest="model_repository")
+    serve.add_argument("--http-port", type=_port, default=8000)
+    serve.add_argument("--grpc-port", type=_port, default=8001)
+    serve.add_argument("--metrics-port", type=_port, default=8002)
+    serve.add_argument("--http-address", default="127.0.0.1",
+                       help="interface for HTTP (default 127.0.0.1; 0.0.0.0 serves beyond this machine)")
+    serve.add_argument("--grpc-address", default="127.0.0.1")
+    serve.add_argument("--metrics-address", default="127.0.0.1")
+    serve.add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
+    serve.add_argument("--load-model", action="append", default=None, metavar="NAME",
+                       help="in explicit mode, a model to load at start ('*' for all); repeatable")
+    serve.add_argument("--repository-poll-secs", type=float, default=15.0)
+    serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
+                       help="on SIGINT/SIGTERM, how long requests in flight have to finish")
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=64 * 1024 * 1024,
+                       help="largest request body (HTTP, after decompression) and gRPC message")
 
 
 def _load_frame(args: argparse.Namespace):
@@ -207,6 +254,64 @@ def _serve_in_process(repository: Path, model, seed: int) -> None:
           f"{agree:.1%} agree with XGBoost, {int(predictions.sum())} flagged as fraud")
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import gc
+    import signal
+    import threading
+
+    from triton_nb import serve
+
+    if args.load_model and args.model_control_mode != "explicit":
+        raise TritonNBError("--load-model needs --model-control-mode=explicit")
+    if not (args.allow_http or args.allow_grpc):
+        raise TritonNBError("at least one of HTTP and gRPC must be allowed")
+    stopping = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server = serve(
+        args.model_repository, model_control_mode=args.model_control_mode,
+        load_models=args.load_model or "*", repository_poll_secs=args.repository_poll_secs,
+        http_port=args.http_port if args.allow_http else None, grpc_port=args.grpc_port if args.allow_grpc else None,
+        metrics_port=args.metrics_port if args.allow_metrics else None, http_address=args.http_address,
+        grpc_address=args.grpc_address, metrics_address=args.metrics_address,
+        max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
+        exit_timeout_secs=args.exit_timeout_secs,
+    )
+    try:
+        # Everything loaded so far lives as long as the server: keep it out of the cyclic garbage
+        # collector's scans, whose full passes over a large heap are the worst latency outliers.
+        gc.collect()
+        gc.freeze()
+        _print_model_table(server.repository_index())
+        names = {"grpc": "GRPCInferenceService", "http": "HTTPService", "metrics": "Metrics Service"}
+        for endpoint, address in server.endpoints.items():
+            print(f"Started {names[endpoint]} at {address}", flush=True)
+        while not stopping.wait(0.5):
+            pass
+        print("Stopping: waiting for requests in flight", flush=True)
+    finally:
+        server.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    print("Stopped", flush=True)
+    return 0
+
+
+def _print_model_table(index: list[dict[str, str]]) -> None:
+    """The model table tritonserver prints at start."""
+    rows = [(e["name"], e.get("version", "-"), e.get("state", "not loaded") + (
+        f": {e['reason']}" if e.get("reason") else "")) for e in index]
+    header = ("Model", "Version", "Status")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(3)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    print(line)
+    for row in [header, None, *rows]:
+        if row is None:
+            print(line)
+            continue
+        print("| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)) + " |")
+    print(line, flush=True)
+
+
 def _generate(args: argparse.Namespace) -> None:
     from triton_nb import fraud
 
@@ -219,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-nb`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
     handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out),
-                "export": _export, "validate": _validate}
+                "export": _export, "validate": _validate, "serve": _serve}
     try:
         status = handlers[args.command](args)
     except TritonNBError as exc:

@@ -19,6 +19,7 @@ __all__ = [
     "TritonNBError",
     "UnavailableError",
     "UnsafeFileError",
+    "wire_status",
 ]
 
 
@@ -69,3 +70,12 @@ class MissingDependencyError(TritonNBError, ImportError):
         )
         self.module = module
         self.extra = extra
+
+
+def wire_status(error: BaseException) -> tuple[int, str]:
+    """``(http_status, grpc_code)`` for any exception: ours carry theirs; anything else is a
+    bug or a model's own failure, answered as an internal error. The one place both front ends
+    map errors, so HTTP and gRPC always agree."""
+    if isinstance(error, TritonNBError):
+        return error.http_status, error.grpc_code
+    return InternalError.http_status, InternalError.grpc_code

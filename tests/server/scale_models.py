@@ -56,3 +56,37 @@ def write_scale_model(repo: Path, name: str = "scale", factor: float = 2.0, max_
                                                              count=count, extra=extra))
     (folder / str(version) / "model.py").write_text(textwrap.dedent(SCALE_MODEL))
     return folder
+
+
+DECOUPLED_CONFIG = """
+name: "counter"
+backend: "python"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+"""
+
+DECOUPLED_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            for i in range(count):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("I", np.array([i], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+def write_python_model(repo: Path, name: str, config: str, code: str) -> Path:
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "1" / "model.py").write_text(code)
+    return folder

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from scale_models import write_scale_model
+from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_python_model, write_scale_model
 
 import triton_nb
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -104,7 +104,7 @@ def test_a_model_that_fails_to_load_reports_why_and_others_serve(tmp_path):
         index = {e["name"]: e for e in server.repository_index()}
         assert index["bad"]["state"] == "UNAVAILABLE" and "missing weights" in index["bad"]["reason"]
         assert index["broken"]["state"] == "UNAVAILABLE" and "config.pbtxt" in index["broken"]["reason"]
-        with pytest.raises(UnavailableError, match="missing weights"):
+        with pytest.raises(NotFoundError, match=r"no available versions.*missing weights"):
             server.client().infer("bad", {"X": x()})
         assert server.client().infer("good", {"X": x()}).as_numpy("Y") is not None
 
@@ -189,8 +189,9 @@ def test_live_batching_knobs(repo):
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda c: c.infer("scael", {"X": x()}), NotFoundError, "unknown model: 'scael' \\(did you mean 'scale'\\?\\)"),
-        (lambda c: c.infer("scale", {"X": x()}, model_version="9"), NotFoundError, "no ready version 9"),
+        (lambda c: c.infer("scael", {"X": x()}), NotFoundError,
+         "unknown model: 'scael' is not found \\(did you mean 'scale'\\?\\)"),
+        (lambda c: c.infer("scale", {"X": x()}, model_version="9"), NotFoundError, "version 9 is not found"),
         (lambda c: c.infer("scale", {}), InvalidArgumentError, "missing input tensor\\(s\\) 'X'"),
         (lambda c: c.infer("scale", {"X": x(), "Z": x()}), InvalidArgumentError, "unexpected input tensor\\(s\\) 'Z'"),
         (lambda c: c.infer("scale", {"X": x().astype(np.float64)}), InvalidArgumentError,
@@ -266,31 +267,6 @@ def test_public_api():
     assert triton_nb.InferenceServer is InferenceServer
 
 
-DECOUPLED_CONFIG = """
-name: "counter"
-backend: "python"
-max_batch_size: 0
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]
-model_transaction_policy { decoupled: true }
-"""
-
-DECOUPLED_MODEL = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            count = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
-            for i in range(count):
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("I", np.array([i], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-'''
-
 BLS_CONFIG = """
 name: "caller"
 backend: "python"
@@ -321,21 +297,15 @@ class TritonPythonModel:
 '''
 
 
-def _python_model(repo, name, config, code):
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(config)
-    (repo / name / "1" / "model.py").write_text(code)
-
-
 def test_decoupled_model_streams_through_the_client(repo):
-    _python_model(repo, "counter", DECOUPLED_CONFIG, DECOUPLED_MODEL)
+    write_python_model(repo, "counter", DECOUPLED_CONFIG, DECOUPLED_MODEL)
     with serve(repo) as server:
         results = list(server.client().stream_infer("counter", {"N": np.array([4], np.int32)}))
         assert [int(r.as_numpy("I")[0]) for r in results] == [0, 1, 2, 3]
 
 
 def test_bls_calls_another_model_through_the_server(repo):
-    _python_model(repo, "caller", BLS_CONFIG, BLS_MODEL)
+    write_python_model(repo, "caller", BLS_CONFIG, BLS_MODEL)
     with serve(repo) as server:
         client = server.client()
         np.testing.assert_array_equal(client.infer("caller", {"X": x(3)}).as_numpy("Z"), x(3) * 2 + 1)

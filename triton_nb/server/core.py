@@ -55,6 +55,7 @@ from triton_nb.repository.config import (
 from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository, select_versions
 from triton_nb.server.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.ensemble import EnsembleScheduler
+from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.stats import ModelStats, ServerStats
 from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
 
@@ -156,6 +157,18 @@ class InferenceServer:
         In explicit mode, the models to load at start (``"*"`` for all), as ``--load-model``.
     repository_poll_secs:
         In poll mode, how often the repository is scanned for changes.
+    http_port, grpc_port, metrics_port:
+        Serve KServe v2 HTTP, Triton gRPC and Prometheus metrics on these ports (0 picks a free
+        port; :attr:`http_port` and the others report what was bound). None (the default)
+        leaves an endpoint off: in-process calls need no network.
+    http_address, grpc_address, metrics_address:
+        Interfaces to listen on; loopback unless told otherwise (a warning is logged otherwise).
+    max_request_bytes, max_tensor_elements, grpc_max_message_bytes:
+        Bounds on one request over the network: body size (after decompression), elements one
+        tensor may declare, and gRPC message size.
+    exit_timeout_secs:
+        On :meth:`stop`, how long requests in flight over the network have to finish before the
+        rest are failed (Triton's ``--exit-timeout-secs``).
     """
 
     def __init__(
@@ -165,6 +178,16 @@ class InferenceServer:
         model_control_mode: str = "explicit",
         load_models: list[str] | tuple[str, ...] | str = "*",
         repository_poll_secs: float = 15.0,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        http_address: str = "127.0.0.1",
+        grpc_address: str = "127.0.0.1",
+        metrics_address: str = "127.0.0.1",
+        max_request_bytes: int = 64 * 1024 * 1024,
+        max_tensor_elements: int = 16 * 1024 * 1024,
+        grpc_max_message_bytes: int = 64 * 1024 * 1024,
+        exit_timeout_secs: float = 30.0,
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -185,6 +208,12 @@ class InferenceServer:
         self._stopped = False
         self._stop_event = threading.Event()
         self._poller: threading.Thread | None = None
+        self._frontend_options = FrontendOptions(
+            http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, http_address=http_address,
+            grpc_address=grpc_address, metrics_address=metrics_address, max_request_bytes=max_request_bytes,
+            max_tensor_elements=max_tensor_elements, grpc_max_message_bytes=grpc_max_message_bytes,
+            exit_timeout_secs=exit_timeout_secs)
+        self._frontends: NetworkFrontends | None = None
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-nb-server-"))
         self._retiring: list[threading.Thread] = []
 
@@ -203,7 +232,42 @@ class InferenceServer:
         if self.model_control_mode == "poll":
             self._poller = threading.Thread(target=self._poll, name="triton-nb-poller", daemon=True)
             self._poller.start()
+        if self._frontend_options.enabled:
+            self._frontends = NetworkFrontends(self, self._frontend_options)
+            try:
+                self._frontends.start()
+            except BaseException:
+                self._frontends = None
+                self.stop()
+                raise
         return self
+
+    # ------------------------------------------------------------------ endpoints
+    def _port(self, name: str) -> int | None:
+        return None if self._frontends is None else self._frontends.ports.get(name)
+
+    @property
+    def http_port(self) -> int | None:
+        """The port the HTTP front end listens on (None when it is off)."""
+        return self._port("http")
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The port the gRPC front end listens on (None when it is off)."""
+        return self._port("grpc")
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the Prometheus metrics endpoint (None when it is off)."""
+        return self._port("metrics")
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """``{"http": "127.0.0.1:8000", ...}`` for the front ends that are on."""
+        options = self._frontend_options
+        addresses = {"http": options.http_address, "grpc": options.grpc_address, "metrics": options.metrics_address}
+        ports = {} if self._frontends is None else self._frontends.ports
+        return {name: f"{addresses[name]}:{port}" for name, port in ports.items()}
 
     def _initial_models(self) -> list[str]:
         scan = scan_repository(self.repository)
@@ -221,6 +285,11 @@ class InferenceServer:
             return
         self._stopped = True
         self._stop_event.set()
+        frontends = self._frontends
+        if frontends is not None:
+            # requests in flight over the network are answered while the models still serve
+            frontends.begin_stop()
+            frontends.wait(self._frontend_options.exit_timeout_secs)
         if self._poller is not None:
             self._poller.join()
         with self._models_lock:
@@ -233,6 +302,8 @@ class InferenceServer:
                 model.states = {v: (ModelState.UNAVAILABLE, "server stopped") for v in model.states}
         for thread in self._retiring:
             thread.join()
+        if frontends is not None:
+            frontends.wait(10.0)  # what was left in flight has now been failed and answered
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> InferenceServer:
@@ -594,15 +665,18 @@ class InferenceServer:
         with self._models_lock:
             model = self._models.get(name)
         if model is None or (not model.versions and not model.states):
-            raise NotFoundError(f"unknown model: '{name}'" + _suggest(name, list(self._models)))
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found"
+                                + _suggest(name, list(self._models)))
         serving = model.versions
         if not serving:
             state, reason = next(iter(model.states.values()), (ModelState.UNAVAILABLE, ""))
-            raise UnavailableError(f"model '{name}' is not ready ({state}{': ' + reason if reason else ''})")
+            raise NotFoundError(f"Request for unknown model: '{name}' has no available versions "
+                                f"({state}{': ' + reason if reason else ''})")
         if version in (-1, 0):
             return serving[max(serving)]
         if version not in serving:
-            raise NotFoundError(f"model '{name}' has no ready version {version} (serving {sorted(serving)})")
+            raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found "
+                                f"(serving {sorted(serving)})")
         return serving[version]
 
     def infer_async(self, request: InferRequest) -> Future:
@@ -757,10 +831,8 @@ class InferenceServer:
         return index
 
     def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
-        if name is not None:
-            target = self._resolve(name, -1 if version is None else version)
-            return self.stats.statistics(name, target.version if version is not None else None)
-        return self.stats.statistics()
+        # Triton's statistics errors (400, "requested model 'x' is not available") come from the stats
+        return self.stats.statistics(name, version)
 
     def queue_depth(self, name: str, version: int = -1) -> int:
         target = self._resolve(name, version)
@@ -774,6 +846,19 @@ class InferenceServer:
 
     def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
         return config_to_json(self.model_config(name, version))
+
+    def output_labels(self, name: str, output: str, version: int = -1) -> list[str] | None:
+        """The labels of an output's ``label_filename`` (one per line, in the model folder), for
+        the classification extension; None when the output has none."""
+        target = self._resolve(name, version)
+        spec = next((o for o in target.config.output if o.name == output), None)
+        if spec is None or not spec.label_filename:
+            return None
+        path = target.version_path.parent / spec.label_filename
+        try:
+            return path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InternalError(f"model '{name}': label file {spec.label_filename!r} cannot be read: {exc}") from None
 
 
 # ---------------------------------------------------------------------- helpers

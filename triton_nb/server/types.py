@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from triton_nb.errors import InvalidArgumentError
@@ -27,8 +28,8 @@ __all__ = [
     "triton_to_numpy_dtype",
 ]
 
-# KServe v2 / Triton datatype names -> numpy dtypes. BYTES is an object array of bytes;
-# BF16 has no numpy type and travels as raw 16-bit words (uint16).
+# KServe v2 / Triton datatype names -> numpy dtypes. BYTES is an object array of bytes; BF16 is
+# ml_dtypes' bfloat16 (a dependency of tritonclient, which uses the same type since r26.06).
 DATATYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -43,6 +44,7 @@ DATATYPES: dict[str, np.dtype] = {
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(np.object_),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
 }
 _NUMPY_TO_TRITON = {dtype: name for name, dtype in DATATYPES.items()}
 

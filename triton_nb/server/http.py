@@ -1,0 +1,455 @@
+"""The KServe v2 / Triton HTTP front end: an ASGI application over :class:`InferenceServer`.
+
+Served by uvicorn (httptools parser, uvloop) on the front ends' own thread — see
+:mod:`triton_nb.server.network`. The application is plain ASGI with no framework: the infer route
+is the hot path and a framework's request objects, routing and validation cost more than the
+whole decode. Routes, bodies and status codes follow Triton's HTTP server
+(``src/http_server.cc``): errors are ``{"error": "..."}`` with the status of the error class
+(:func:`triton_nb.errors.wire_status`); health answers 200 or 400 with no body.
+
+Inference supports JSON tensors and the binary tensor data extension
+(``Inference-Header-Content-Length``; ``binary_data_size`` per input; ``binary_data`` per output
+or ``binary_data_output`` for all), requested outputs, the classification extension, request
+parameters (``priority``, ``timeout`` in microseconds; the rest reach the model), and request
+bodies compressed with ``Content-Encoding: gzip`` or ``deflate``; responses are compressed when
+the client sends ``Accept-Encoding`` (tritonclient's ``response_compression_algorithm``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
+from triton_nb.server.protocol import (
+    LogSettings,
+    WireLimits,
+    array_from_buffer,
+    array_from_values,
+    array_to_buffer,
+    array_to_values,
+    check_shape,
+    classify,
+    server_metadata,
+)
+from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
+
+if TYPE_CHECKING:
+    from triton_nb.server.core import InferenceServer
+
+__all__ = ["HttpApp", "MetricsApp", "PayloadTooLargeError"]
+
+log = logging.getLogger(__name__)
+
+_JSON = [(b"content-type", b"application/json")]
+_NO_BODY: list[tuple[bytes, bytes]] = []
+# Request parameters the server itself acts on (Triton's reserved names); others reach the model.
+_SERVER_PARAMETERS = ("priority", "timeout", "binary_data_output")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class PayloadTooLargeError(InvalidArgumentError):
+    """A request body over the configured limit."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class _MethodNotAllowed(TritonNBError):
+    http_status = 405
+    grpc_code = "UNIMPLEMENTED"
+
+
+class _Reply:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] = _JSON) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+def _json(document: Any) -> _Reply:
+    return _Reply(200, orjson.dumps(document))
+
+
+def _error_reply(error: BaseException) -> _Reply:
+    status, _ = wire_status(error)
+    message = str(error) if isinstance(error, TritonNBError) else f"{type(error).__name__}: {error}"
+    return _Reply(status, orjson.dumps({"error": message}))
+
+
+def _version_number(model: str, text: str | None) -> int:
+    if text is None or text == "":
+        return -1
+    if not text.isdigit():
+        raise InvalidArgumentError(f"model '{model}': version '{text}' is not a number")
+    return int(text)
+
+
+class HttpApp:
+    """The ASGI application of one :class:`InferenceServer`."""
+
+    def __init__(self, server: InferenceServer, limits: WireLimits, log_settings: LogSettings) -> None:
+        self._server = server
+        self._limits = limits
+        self._log_settings = log_settings
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan is off; websockets are not part of the protocol
+            return
+        try:
+            reply = await self._dispatch(scope, receive)
+        except Exception as error:  # every failure is an answer, never a dropped connection
+            if not isinstance(error, TritonNBError):
+                log.exception("HTTP %s %s failed", scope["method"], scope["path"])
+            reply = _error_reply(error)
+        headers = reply.headers
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": reply.body})
+
+    # ------------------------------------------------------------------ routing
+    async def _dispatch(self, scope: dict[str, Any], receive: Receive) -> _Reply:
+        method = scope["method"]
+        parts = scope["path"].strip("/").split("/")
+        if not parts or parts[0] != "v2":
+            raise NotFoundError("Not Found")
+        rest = parts[1:]
+        if not rest:
+            self._allow(method, "GET")
+            return _json(server_metadata())
+        head = rest[0]
+        if head == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):
+            self._allow(method, "GET")
+            ok = self._server.is_server_live() if rest[1] == "live" else self._server.is_server_ready()
+            return _Reply(200 if ok else 400, b"", _NO_BODY)
+        if head == "models":
+            return await self._models_route(method, rest[1:], scope, receive)
+        if head == "repository":
+            return await self._repository_route(method, rest[1:], scope, receive)
+        if head == "logging" and len(rest) == 1:
+            if method == "GET":
+                return _json(self._log_settings.to_json())
+            self._allow(method, "POST")
+            return _json(self._log_settings.update(self._parse_json(await self._body(scope, receive), "logging")))
+        raise NotFoundError("Not Found")
+
+    @staticmethod
+    def _allow(method: str, allowed: str) -> None:
+        if method != allowed:
+            raise _MethodNotAllowed(f"Method Not Allowed: {method} (use {allowed})")
+
+    async def _models_route(self, method: str, rest: list[str], scope: dict[str, Any], receive: Receive) -> _Reply:
+        if rest == ["stats"]:
+            self._allow(method, "GET")
+            return _json(self._server.statistics())
+        if not rest or not rest[0]:
+            raise NotFoundError("Not Found")
+        model = rest[0]
+        version_text = None
+        tail = rest[1:]
+        if len(tail) >= 2 and tail[0] == "versions":
+            version_text, tail = tail[1], tail[2:]
+        version = _version_number(model, version_text)
+        action = tail[0] if tail else ""
+        if len(tail) > 1:
+            raise NotFoundError("Not Found")
+        if action == "infer":
+            self._allow(method, "POST")
+            return await self._infer(model, version, scope, receive)
+        self._allow(method, "GET")
+        if action == "":
+            return _json(self._server.model_metadata(model, version))
+        if action == "ready":
+            return _Reply(200 if self._server.is_model_ready(model, version) else 400, b"", _NO_BODY)
+        if action == "config":
+            return _json(self._server.model_config_json(model, version))
+        if action == "stats":
+            return _json(self._server.statistics(model, None if version == -1 else version))
+        raise NotFoundError("Not Found")
+
+    async def _repository_route(self, method: str, rest: list[str], scope: dict[str, Any],
+                                receive: Receive) -> _Reply:
+        self._allow(method, "POST")
+        body = await self._body(scope, receive)
+        # tritonclient's index call sends no body and no content type: an empty body is {}
+        document = self._parse_json(body, "repository request") if body.strip() else {}
+        if not isinstance(document, dict):
+            raise InvalidArgumentError("the repository request body must be a JSON object")
+        if rest == ["index"]:
+            ready = document.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgumentError(f"repository index: 'ready' must be true or false, got {ready!r}")
+            return _json(self._server.repository_index(ready_only=ready))
+        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
+            model = rest[1]
+            parameters = document.get("parameters", {})
+            if not isinstance(parameters, dict):
+                raise InvalidArgumentError(f"model '{model}': 'parameters' must be a JSON object")
+            loop = asyncio.get_running_loop()
+            if rest[2] == "load":
+                config, files = _load_parameters(model, parameters)
+                # loading runs a model's initialize(): seconds, so off the front ends' loop
+                await loop.run_in_executor(None, lambda: self._server.load_model(
+                    model, config=config, files=files))
+            else:
+                dependents = parameters.get("unload_dependents", False)
+                if not isinstance(dependents, bool):
+                    raise InvalidArgumentError(f"model '{model}': 'unload_dependents' must be true or false")
+                await loop.run_in_executor(None, lambda: self._server.unload_model(
+                    model, unload_dependents=dependents))
+            return _Reply(200, b"", _JSON)
+        raise NotFoundError("Not Found")
+
+    # ------------------------------------------------------------------ bodies
+    async def _body(self, scope: dict[str, Any], receive: Receive) -> bytes:
+        limit = self._limits.max_request_bytes
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLargeError(f"request body of {int(declared)} bytes is over the limit of {limit} bytes")
+        chunks = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidArgumentError("the client disconnected before sending the whole body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLargeError(f"request body is over the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None and encoding.strip().lower() != b"identity":
+            body = _decompress(body, encoding.strip().lower(), limit)
+        return body
+
+    @staticmethod
+    def _parse_json(body: bytes | memoryview, what: str) -> Any:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"failed to parse the {what} JSON: {exc}") from None
+
+    # ------------------------------------------------------------------ inference
+    async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive) -> _Reply:
+        body = await self._body(scope, receive)
+        headers = dict(scope["headers"])
+        header_length = headers.get(b"inference-header-content-length")
+        if header_length is not None:
+            if not header_length.isdigit() or int(header_length) > len(body):
+                raise InvalidArgumentError(
+                    f"model '{model}': Inference-Header-Content-Length {header_length.decode(errors='replace')!r} "
+                    f"does not fit a body of {len(body)} bytes")
+            split = int(header_length)
+            document = self._parse_json(memoryview(body)[:split], "inference request")
+            binary = memoryview(body)[split:]
+        else:
+            document = self._parse_json(body, "inference request")
+            binary = memoryview(b"")
+        request, binary_outputs, classes = self._decode(model, version, document, binary)
+        config = self._server.input_config(model, version)
+        if config.model_transaction_policy.decoupled:
+            raise InvalidArgumentError(
+                f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
+                f"(use gRPC streaming)")
+        future = self._server.infer_async(request)
+        response: InferResponse = await asyncio.wrap_future(future)
+        reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes)
+        accept = headers.get(b"accept-encoding")
+        if accept and reply.body:
+            reply = _compress(reply, accept)
+        return reply
+
+    def _decode(self, model: str, version: int, document: Any, binary: memoryview
+                ) -> tuple[InferRequest, tuple[bool, dict[str, bool]], dict[str, int]]:
+        if not isinstance(document, dict):
+            raise InvalidArgumentError(f"model '{model}': the inference request must be a JSON object")
+        inputs = document.get("inputs")
+        if not isinstance(inputs, list) or not inputs:
+            raise InvalidArgumentError(f"model '{model}': the inference request needs a non-empty 'inputs' list")
+        arrays: dict[str, np.ndarray] = {}
+        offset = 0
+        for entry in inputs:
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise InvalidArgumentError(f"model '{model}': every input needs a 'name'")
+            name = entry["name"]
+            if name in arrays:
+                raise InvalidArgumentError(f"model '{model}': input '{name}' is given more than once")
+            shape = check_shape(model, name, entry.get("shape"), self._limits)
+            datatype = entry.get("datatype")
+            parameters = entry.get("parameters") or {}
+            size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
+            if size is not None:
+                if isinstance(size, bool) or not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                    raise InvalidArgumentError(
+                        f"model '{model}': input '{name}' says binary_data_size {size!r}; only "
+                        f"{len(binary) - offset} bytes of binary data are left")
+                arrays[name] = array_from_buffer(model, name, datatype, shape, binary[offset:offset + size])
+                offset += size
+            elif "data" in entry:
+                arrays[name] = array_from_values(model, name, datatype, shape, entry["data"])
+            else:
+                raise InvalidArgumentError(f"model '{model}': input '{name}' has neither 'data' nor binary data")
+        if offset != len(binary):
+            raise InvalidArgumentError(
+                f"model '{model}': {len(binary) - offset} bytes of binary data are not claimed by any input's "
+                f"binary_data_size")
+        parameters = document.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgumentError(f"model '{model}': request 'parameters' must be a JSON object")
+        binary_default = parameters.get("binary_data_output", False) is True
+        binary_outputs: dict[str, bool] = {}
+        classes: dict[str, int] = {}
+        requested = None
+        outputs = document.get("outputs")
+        if outputs is not None:
+            if not isinstance(outputs, list):
+                raise InvalidArgumentError(f"model '{model}': 'outputs' must be a list")
+            requested = []
+            for entry in outputs:
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    raise InvalidArgumentError(f"model '{model}': every requested output needs a 'name'")
+                name = entry["name"]
+                requested.append(name)
+                options = entry.get("parameters") or {}
+                if not isinstance(options, dict):
+                    raise InvalidArgumentError(f"model '{model}': output '{name}' parameters must be an object")
+                binary_outputs[name] = options.get("binary_data", binary_default) is True
+                if options.get("classification") is not None:
+                    classes[name] = options["classification"]
+        request_id = document.get("id", "")
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"model '{model}': request 'id' must be a string")
+        priority, timeout = _scheduling(model, parameters)
+        request = InferRequest(
+            model_name=model, inputs=arrays, model_version=version, requested_outputs=requested or None,
+            request_id=request_id, priority=priority, timeout_microseconds=timeout,
+            parameters={k: v for k, v in parameters.items() if k not in _SERVER_PARAMETERS},
+        )
+        return request, (binary_default, binary_outputs), classes
+
+    def _encode(self, model: str, batching: bool, response: InferResponse, binary_outputs: tuple[bool, dict[str, bool]],
+                classes: dict[str, int]) -> _Reply:
+        binary_default, per_output = binary_outputs
+        outputs = []
+        buffers = []
+        for name, array in response.outputs.items():
+            if name in classes:
+                array = classify(model, name, array, classes[name], batching,
+                                 self._server.output_labels(model, name, response.model_version))
+            entry: dict[str, Any] = {"name": name, "datatype": numpy_to_triton_dtype(array.dtype),
+                                     "shape": list(array.shape)}
+            if per_output.get(name, binary_default):
+                data = array_to_buffer(array)
+                entry["parameters"] = {"binary_data_size": len(data)}
+                buffers.append(data)
+            else:
+                entry["data"] = array_to_values(model, name, array)
+            outputs.append(entry)
+        document: dict[str, Any] = {"model_name": response.model_name,
+                                    "model_version": str(response.model_version)}
+        if response.request_id:
+            document["id"] = response.request_id
+        if response.parameters:
+            document["parameters"] = response.parameters
+        document["outputs"] = outputs
+        header = orjson.dumps(document)
+        if not buffers:
+            return _Reply(200, header)
+        return _Reply(200, header + b"".join(buffers), [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(len(header)).encode()),
+        ])
+
+
+def _scheduling(model: str, parameters: dict[str, Any]) -> tuple[int, int]:
+    priority = parameters.get("priority", 0)
+    timeout = parameters.get("timeout", 0)
+    for key, value in (("priority", priority), ("timeout", timeout)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"model '{model}': request parameter '{key}' must be a whole number >= 0, "
+                                       f"got {value!r}")
+    return priority, timeout
+
+
+def _load_parameters(model: str, parameters: dict[str, Any]) -> tuple[Any, dict[str, bytes] | None]:
+    config = parameters.get("config")
+    if config is not None and not isinstance(config, (str, dict)):
+        raise InvalidArgumentError(f"model '{model}': load parameter 'config' must be a JSON string")
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if not key.startswith("file:"):
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"model '{model}': file override '{key}' must be base64 text")
+        try:
+            files[key] = base64.b64decode(value, validate=True)
+        except ValueError:
+            raise InvalidArgumentError(f"model '{model}': file override '{key}' is not valid base64") from None
+    return config, files or None
+
+
+def _decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
+    if encoding == b"gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == b"deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise InvalidArgumentError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
+                                   f"(gzip, deflate or identity)")
+    inflater = zlib.decompressobj(wbits)
+    try:
+        # bounded: a small compressed body must not inflate past the limit (a "zip bomb")
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidArgumentError(f"the {encoding.decode()} request body does not decompress: {exc}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLargeError(f"the decompressed request body is over the limit of {limit} bytes")
+    return data
+
+
+def _compress(reply: _Reply, accept: bytes) -> _Reply:
+    accepted = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
+    if b"gzip" in accepted:
+        body, name = gzip.compress(reply.body, compresslevel=6), b"gzip"
+    elif b"deflate" in accepted:
+        body, name = zlib.compress(reply.body), b"deflate"
+    else:
+        return reply
+    # the binary split point stays the length of the uncompressed JSON header, as Triton sends it
+    return _Reply(reply.status, body, [*reply.headers, (b"content-encoding", name)])
+
+
+class MetricsApp:
+    """``GET /metrics``: Prometheus text of the server's statistics, on its own port as Triton does."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self._server = server
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"].rstrip("/") != "/metrics":
+            status, body, headers = 404, b"", _NO_BODY
+        elif scope["method"] != "GET":
+            status, body, headers = 405, b"", _NO_BODY
+        else:
+            status, body = 200, self._server.stats.prometheus_text()
+            headers = [(b"content-type", b"text/plain; charset=utf-8; version=0.0.4")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+

@@ -1,0 +1,260 @@
+"""The network front ends' lifecycle: HTTP, gRPC and metrics endpoints on one background thread.
+
+:class:`NetworkFrontends` owns one thread running one event loop (uvloop when installed) that
+serves the HTTP application and the metrics application with uvicorn and the gRPC servicer with
+``grpc.aio``. Nothing runs on the caller's thread or event loop — a Jupyter kernel's loop is not
+driven between cells (ipykernel 7), so the front ends never rely on it.
+
+Listening sockets are bound in :meth:`NetworkFrontends.start`, on the caller's thread, so a port
+that is taken fails the start with a clear message instead of a log line in a thread; port 0
+picks a free port and the bound ports are reported (:attr:`NetworkFrontends.ports`).
+
+Stopping is graceful, as Triton's: listeners close first, requests in flight are answered (the
+core is still serving them), then the loop ends; after ``exit_timeout_secs`` whatever is left is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import math
+import socket
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from triton_nb.errors import InvalidArgumentError, UnavailableError
+from triton_nb.server.protocol import LogSettings, WireLimits
+
+if TYPE_CHECKING:
+    from triton_nb.server.core import InferenceServer
+
+__all__ = ["FrontendOptions", "NetworkFrontends"]
+
+log = logging.getLogger(__name__)
+
+_LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class FrontendOptions:
+    """Where and how the front ends listen. A port of None leaves that endpoint off; 0 picks a
+    free port. Addresses default to loopback: serving beyond this machine is a decision."""
+
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    http_address: str = "127.0.0.1"
+    grpc_address: str = "127.0.0.1"
+    metrics_address: str = "127.0.0.1"
+    max_request_bytes: int = 64 * 1024 * 1024
+    max_tensor_elements: int = 16 * 1024 * 1024
+    grpc_max_message_bytes: int = 64 * 1024 * 1024
+    http_timeout_keep_alive_secs: float = 75.0
+    exit_timeout_secs: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, name)
+            if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
+                raise InvalidArgumentError(f"{name} must be a port number 0..65535 (0 picks a free one), got {port!r}")
+        for name in ("max_request_bytes", "max_tensor_elements", "grpc_max_message_bytes"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.exit_timeout_secs < 0:
+            raise InvalidArgumentError(f"exit_timeout_secs must be >= 0, got {self.exit_timeout_secs}")
+
+    @property
+    def enabled(self) -> bool:
+        return any(p is not None for p in (self.http_port, self.grpc_port, self.metrics_port))
+
+
+def _is_loopback(address: str) -> bool:
+    if address in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(address: str, port: int, what: str) -> socket.socket:
+    if not _is_loopback(address):
+        log.warning("%s listens on %s, reachable beyond this machine: anyone who can connect can use it",
+                    what, address)
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InvalidArgumentError(f"{what} address {address!r} cannot be resolved: {exc}") from None
+    family, _, _, _, sockaddr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise UnavailableError(f"{what} cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without it
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class NetworkFrontends:
+    """The HTTP, gRPC and metrics endpoints of one :class:`InferenceServer`."""
+
+    def __init__(self, server: InferenceServer, options: FrontendOptions) -> None:
+        self._server = server
+        self.options = options
+        self.log_settings = LogSettings()
+        self.ports: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._uvicorn: list[Any] = []
+        self._grpc: Any = None
+        self._tasks: list[asyncio.Task] = []
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> dict[str, int]:
+        """Bind, then serve on the front ends' thread; returns the bound ports by endpoint."""
+        options = self.options
+        sockets: dict[str, socket.socket] = {}
+        try:
+            if options.http_port is not None:
+                sockets["http"] = _bind(options.http_address, options.http_port, "HTTP service")
+            if options.metrics_port is not None:
+                sockets["metrics"] = _bind(options.metrics_address, options.metrics_port, "metrics service")
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        self.ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._run, args=(sockets,), name="triton-nb-frontends", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+        return dict(self.ports)
+
+    def _run(self, sockets: dict[str, socket.socket]) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve(sockets))
+        except BaseException as exc:  # a start failure is re-raised on the caller's thread
+            self._start_error = exc
+            self._ready.set()
+        finally:
+            for sock in sockets.values():
+                sock.close()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self, sockets: dict[str, socket.socket]) -> None:
+        import uvicorn
+
+        from triton_nb.server.http import HttpApp, MetricsApp
+
+        limits = WireLimits(self.options.max_request_bytes, self.options.max_tensor_elements)
+        apps = {"http": HttpApp(self._server, limits, self.log_settings), "metrics": MetricsApp(self._server)}
+        for name, sock in sockets.items():
+            config = uvicorn.Config(
+                apps[name], lifespan="off", http="httptools", log_config=None, access_log=False,
+                timeout_keep_alive=int(self.options.http_timeout_keep_alive_secs),
+                timeout_graceful_shutdown=math.ceil(self.options.exit_timeout_secs),
+                # the body limit is checked by the application, which names it in the error
+            )
+            server = uvicorn.Server(config)
+            self._uvicorn.append(server)
+            self._tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
+        if self.options.grpc_port is not None:
+            await self._start_grpc(limits)
+        for server in self._uvicorn:
+            while not server.started:
+                if any(task.done() for task in self._tasks):
+                    for task in self._tasks:
+                        if task.done() and task.exception() is not None:
+                            raise task.exception()
+                    raise UnavailableError("the HTTP front end stopped while starting")
+                await asyncio.sleep(0.005)
+        self._ready.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._grpc is not None:
+            await self._grpc.wait_for_termination()
+
+    async def _start_grpc(self, limits: WireLimits) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+
+        from triton_nb.server.grpc import GrpcServicer
+
+        size = self.options.grpc_max_message_bytes
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", size),
+            ("grpc.max_send_message_length", size),
+            ("grpc.so_reuseport", 0),  # a port that is taken must fail, not be shared
+        ])
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            GrpcServicer(self._server, limits, self.log_settings), server)
+        address = self.options.grpc_address
+        if not _is_loopback(address):
+            log.warning("gRPC service listens on %s, reachable beyond this machine: anyone who can connect can "
+                        "use it", address)
+        host = f"[{address}]" if ":" in address else address
+        try:
+            port = server.add_insecure_port(f"{host}:{self.options.grpc_port}")
+        except RuntimeError as exc:
+            raise UnavailableError(
+                f"gRPC service cannot listen on {address}:{self.options.grpc_port}: {exc}") from None
+        if port == 0:
+            raise UnavailableError(f"gRPC service cannot listen on {address}:{self.options.grpc_port}")
+        await server.start()
+        self._grpc = server
+        self.ports["grpc"] = port
+
+    # ------------------------------------------------------------------ stop
+    def begin_stop(self) -> None:
+        """Stop accepting connections and requests; requests in flight carry on."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._thread is None or not self._thread.is_alive():
+            return
+
+        def signal_exit() -> None:
+            for server in self._uvicorn:
+                server.should_exit = True
+            if self._grpc is not None:
+                # grace: RPCs in flight may finish; new ones are refused at once
+                self._tasks.append(asyncio.ensure_future(self._grpc.stop(self.options.exit_timeout_secs)))
+
+        with contextlib.suppress(RuntimeError):  # the loop closed in between
+            loop.call_soon_threadsafe(signal_exit)
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Wait for the front ends' thread to end; True when it did."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        self.begin_stop()
+        self.wait(self.options.exit_timeout_secs + 5)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

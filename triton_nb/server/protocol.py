@@ -1,0 +1,337 @@
+"""What the HTTP and gRPC front ends share: tensor codecs, the classification extension, the
+server's identity, and the translation of wire requests into :class:`InferRequest`.
+
+Both protocols carry a tensor as a name, a datatype, a shape and either typed values (JSON lists,
+gRPC ``contents``) or raw little-endian bytes (HTTP binary data, gRPC ``raw_*_contents``). BYTES
+elements travel raw as a 4-byte little-endian length followed by the bytes, one after another.
+Every check names the model and the tensor, so a bad request is answered with a message a user
+can act on, never a traceback from numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from triton_nb._version import __version__
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.server.types import DATATYPES, numpy_to_triton_dtype
+
+__all__ = [
+    "SERVER_EXTENSIONS",
+    "SERVER_NAME",
+    "LogSettings",
+    "WireLimits",
+    "array_from_buffer",
+    "array_from_values",
+    "array_to_buffer",
+    "array_to_values",
+    "check_shape",
+    "classify",
+    "deserialize_bytes",
+    "serialize_bytes",
+    "server_metadata",
+]
+
+SERVER_NAME = "triton_nb"
+# The protocol extensions this server implements (Triton's names, as ``GET /v2`` lists them).
+SERVER_EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+)
+
+_LENGTH = struct.Struct("<I")
+
+
+def server_metadata() -> dict[str, Any]:
+    return {"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)}
+
+
+@dataclass(frozen=True)
+class WireLimits:
+    """Bounds on what one request may make the server allocate.
+
+    ``max_request_bytes`` bounds an HTTP body (after decompression) and a gRPC message;
+    ``max_elements`` bounds the element count one tensor may declare, so a shape such as
+    ``[1000000000, 1000]`` is refused before anything is allocated.
+    """
+
+    max_request_bytes: int = 64 * 1024 * 1024
+    max_elements: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_request_bytes", "max_elements"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def _dtype(model: str, tensor: str, datatype: Any) -> np.dtype:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has unknown datatype {datatype!r} (expected one of "
+            f"{', '.join(DATATYPES)})")
+    return DATATYPES[datatype]
+
+
+def check_shape(model: str, tensor: str, shape: Any, limits: WireLimits) -> tuple[int, ...]:
+    """The shape as a tuple of ints, after checking it is a list of non-negative whole numbers
+    whose product stays under the element limit."""
+    count = 1
+    if type(shape) is list or type(shape) is tuple:
+        for dim in shape:
+            if type(dim) is not int or dim < 0:  # bool is not int here, as JSON means it
+                break
+            count *= dim
+        else:
+            if count > limits.max_elements:
+                raise InvalidArgumentError(f"model '{model}': input '{tensor}' with shape {list(shape)} has "
+                                           f"{count} elements, over the limit of {limits.max_elements}")
+            return tuple(shape)
+    if isinstance(shape, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise InvalidArgumentError(f"model '{model}': input '{tensor}' has a negative dimension in shape "
+                                   f"{list(shape)}")
+    raise InvalidArgumentError(f"model '{model}': input '{tensor}' needs a shape that is a list of integers, "
+                               f"got {shape!r}")
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def deserialize_bytes(model: str, tensor: str, buffer: bytes | memoryview, count: int) -> np.ndarray:
+    """``count`` length-prefixed elements from ``buffer`` as an object array of bytes."""
+    view = memoryview(buffer)
+    values = np.empty(count, dtype=object)
+    offset = 0
+    end = len(view)
+    for i in range(count):
+        if offset + 4 > end:
+            raise InvalidArgumentError(
+                f"model '{model}': BYTES input '{tensor}' holds fewer than the {count} elements its shape needs")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InvalidArgumentError(
+                f"model '{model}': BYTES input '{tensor}' element {i} says {length} bytes; the data ends before")
+        values[i] = bytes(view[offset:offset + length])
+        offset += length
+    if offset != end:
+        raise InvalidArgumentError(
+            f"model '{model}': BYTES input '{tensor}' has {end - offset} bytes left over after {count} elements")
+    return values
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """A BYTES tensor (bytes or str elements) as length-prefixed elements, in C order."""
+    parts = []
+    for item in array.ravel(order="C"):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def array_from_buffer(model: str, tensor: str, datatype: Any, shape: tuple[int, ...],
+                      buffer: bytes | memoryview) -> np.ndarray:
+    """A tensor from raw little-endian bytes (HTTP binary data, gRPC raw contents)."""
+    dtype = _dtype(model, tensor, datatype)
+    count = _element_count(shape)
+    if dtype.kind == "O":
+        return deserialize_bytes(model, tensor, buffer, count).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(buffer) != expected:
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has {len(buffer)} bytes of data; {datatype} with shape "
+            f"{list(shape)} needs {expected}")
+    return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
+
+
+# JSON cannot carry these exactly; Triton refuses them in JSON and asks for binary data.
+_BINARY_ONLY = ("FP16", "BF16")
+
+
+def _flatten(values: list[Any]) -> list[Any]:
+    if values and isinstance(values[0], list):
+        flat: list[Any] = []
+        stack = [iter(values)]
+        while stack:
+            for item in stack[-1]:
+                if isinstance(item, list):
+                    stack.append(iter(item))
+                    break
+                flat.append(item)
+            else:
+                stack.pop()
+        return flat
+    return values
+
+
+# The numpy kinds JSON values may infer to, per datatype kind: whole numbers for integers
+# (unsigned 64-bit values beyond int64 infer to uint64), any number for floats, true/false for BOOL.
+_JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf", "V": ""}
+_KIND_NAMES = {"b": "true/false", "i": "whole number", "u": "whole number", "f": "fractional number",
+               "U": "text", "O": "mixed or out-of-range", "S": "text"}
+
+
+def array_from_values(model: str, tensor: str, datatype: Any, shape: tuple[int, ...], values: Any) -> np.ndarray:
+    """A tensor from typed values: a JSON list (flat or nested, row-major) or a gRPC contents list."""
+    dtype = _dtype(model, tensor, datatype)
+    if datatype in _BINARY_ONLY:
+        raise InvalidArgumentError(
+            f"model '{model}': receiving {datatype} data via JSON is not supported; send input '{tensor}' "
+            f"as binary data")
+    if not isinstance(values, (list, tuple)):
+        raise InvalidArgumentError(f"model '{model}': input '{tensor}' needs its data as a list, got "
+                                   f"{type(values).__name__}")
+    flat = _flatten(list(values))
+    count = _element_count(shape)
+    if len(flat) != count:
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has {len(flat)} values; shape {list(shape)} needs {count}")
+    if dtype.kind == "O":
+        array = np.empty(count, dtype=object)
+        for i, item in enumerate(flat):
+            if isinstance(item, str):
+                array[i] = item.encode("utf-8")
+            elif isinstance(item, bytes):
+                array[i] = item
+            else:
+                raise InvalidArgumentError(
+                    f"model '{model}': BYTES input '{tensor}' element {i} is {type(item).__name__}, not a string")
+        return array.reshape(shape)
+    # numpy infers the JSON values' kind in C; only then is the kind checked against the
+    # datatype (np.array(["1.5"], dtype=float32) would quietly parse text, and True is not 1)
+    try:
+        inferred = np.array(flat)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has data that is not {datatype}: {exc}") from None
+    if count and inferred.dtype.kind not in _JSON_KINDS[dtype.kind]:
+        if dtype.kind in "iu" and all(type(v) is int for v in flat):  # e.g. UINT64 values past int64
+            try:
+                return np.array(flat, dtype=dtype).reshape(shape)
+            except OverflowError:
+                raise InvalidArgumentError(
+                    f"model '{model}': input '{tensor}' has values out of range for {datatype}") from None
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has data that is not {datatype} (found "
+            f"{_KIND_NAMES.get(inferred.dtype.kind, inferred.dtype.kind)} values)")
+    try:
+        array = inferred.astype(dtype, copy=False)
+    except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - kinds checked above
+        raise InvalidArgumentError(
+            f"model '{model}': input '{tensor}' has data that is not {datatype}: {exc}") from None
+    return array.reshape(shape)
+
+
+def array_to_buffer(array: np.ndarray) -> bytes:
+    """Raw little-endian bytes of a tensor (BYTES length-prefixed)."""
+    if array.dtype.kind in "OSU":
+        return serialize_bytes(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array).tobytes()
+
+
+def array_to_values(model: str, output: str, array: np.ndarray) -> list[Any]:
+    """A tensor as a flat list for JSON (BYTES as text)."""
+    datatype = numpy_to_triton_dtype(array.dtype)
+    if datatype in _BINARY_ONLY:
+        raise InvalidArgumentError(
+            f"model '{model}': sending {datatype} data via JSON is not supported; request output '{output}' "
+            f"as binary data")
+    if datatype == "BYTES":
+        return [item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+                for item in array.ravel()]
+    return array.ravel().tolist()
+
+
+def classify(model: str, output: str, array: np.ndarray, count: int, batching: bool,
+             labels: list[str] | None = None) -> np.ndarray:
+    """Triton's classification extension: the ``count`` largest values of each batch row as
+    ``"value:index"`` (``"value:index:label"`` with a label file), a BYTES tensor of shape
+    ``[batch, count]`` (``[count]`` without batching)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgumentError(
+            f"model '{model}': classification count for output '{output}' must be a positive integer, got {count!r}")
+    if array.dtype.kind not in "biuf":
+        raise InvalidArgumentError(
+            f"model '{model}': output '{output}' is {numpy_to_triton_dtype(array.dtype)}; classification needs "
+            f"numbers")
+    rows = array.reshape(array.shape[0], -1) if batching and array.ndim > 0 else array.reshape(1, -1)
+    take = min(count, rows.shape[1])
+    # stable sort on the negated values: ties keep index order, as Triton's std::sort on pairs does
+    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :take]
+    result = np.empty(order.shape, dtype=object)
+    for r in range(order.shape[0]):
+        for c in range(take):
+            index = int(order[r, c])
+            text = f"{_format_score(rows[r, index])}:{index}"
+            if labels is not None and index < len(labels):
+                text += f":{labels[index]}"
+            result[r, c] = text.encode("utf-8")
+    return result if batching else result[0]
+
+
+def _format_score(value: Any) -> str:
+    if isinstance(value, (np.floating, float)):
+        return f"{float(value):f}"
+    return str(value.item() if hasattr(value, "item") else value)
+
+
+@dataclass
+class LogSettings:
+    """Triton's logging extension: the settings ``GET|POST /v2/logging`` read and change,
+    applied to the ``triton_nb`` loggers."""
+
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: str = "default"
+    log_file: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"log_file": self.log_file, "log_info": self.log_info, "log_warning": self.log_warning,
+                "log_error": self.log_error, "log_verbose_level": self.log_verbose_level,
+                "log_format": self.log_format}
+
+    def update(self, changes: Any) -> dict[str, Any]:
+        if not isinstance(changes, dict):
+            raise InvalidArgumentError("logging settings must be a JSON object")
+        kinds = {"log_info": bool, "log_warning": bool, "log_error": bool, "log_verbose_level": int,
+                 "log_format": str, "log_file": str}
+        for key, value in changes.items():
+            if key not in kinds:
+                raise InvalidArgumentError(f"logging setting '{key}' is unknown; known: {', '.join(kinds)}")
+            kind = kinds[key]
+            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+                raise InvalidArgumentError(f"logging setting '{key}' must be {kind.__name__}, got {value!r}")
+            if key == "log_format" and value not in ("default", "ISO8601"):
+                raise InvalidArgumentError(f"logging setting 'log_format' must be default or ISO8601, got {value!r}")
+            if key == "log_file" and value:
+                raise InvalidArgumentError("logging setting 'log_file' cannot be changed over the network")
+        for key, value in changes.items():
+            setattr(self, key, value)
+        self.apply()
+        return self.to_json()
+
+    def apply(self) -> None:
+        level = (logging.DEBUG if self.log_verbose_level > 0 else logging.INFO if self.log_info
+                 else logging.WARNING if self.log_warning else logging.ERROR if self.log_error
+                 else logging.CRITICAL)
+        logging.getLogger("triton_nb").setLevel(level)
