@@ -321,9 +321,9 @@ def test_per_request_errors_keep_their_code(tmp_path, backends):
     (internal,) = backend.execute([x(500)])
     np.testing.assert_array_equal(ok.outputs["Y"], [[2.0]])
     assert type(invalid.error) is InvalidArgumentError
-    assert str(invalid.error) == "model 'errs': X must be >= 0"
+    assert str(invalid.error) == "X must be >= 0"  # the model's words, unchanged, as in Triton
     assert type(missing.error) is NotFoundError
-    assert type(internal.error) is InternalError and str(internal.error) == "model 'errs': oops"
+    assert type(internal.error) is InternalError and str(internal.error) == "oops"
 
 
 def test_exception_in_execute_fails_the_whole_batch(tmp_path, backends):

@@ -142,7 +142,7 @@ def test_binary_tensors_with_bytes_and_a_mismatched_header(network_server):
     ("DELETE", "/v2/health/live", 405, "Method Not Allowed"),
     ("GET", "/v2/models/scale/infer", 405, "Method Not Allowed"),
     ("GET", "/v2/models/nope", 404, "Request for unknown model: 'nope' is not found"),
-    ("GET", "/v2/models/scale/versions/x", 400, "version 'x' is not a number"),
+    ("GET", "/v2/models/scale/versions/x", 404, "Not Found"),
     ("GET", "/v2/models/nope/stats", 400, "requested model 'nope' is not available"),
 ])
 def test_routes_answer_with_triton_errors(network_server, method, path, status, message):
@@ -152,11 +152,11 @@ def test_routes_answer_with_triton_errors(network_server, method, path, status, 
     assert message in json.loads(answer)["error"]
 
 
-def test_health_and_readiness_have_no_body(network_server):
+def test_health_and_readiness_answer_as_triton(network_server):
     port = network_server.http_port
     assert _request(port, "GET", "/v2/health/ready")[::2] == (200, b"")
     assert _request(port, "GET", "/v2/models/scale/ready")[::2] == (200, b"")
-    assert _request(port, "GET", "/v2/models/nope/ready")[::2] == (400, b"")
+    assert _request(port, "GET", "/v2/models/nope/ready")[::2] == (400, b'{"error":"Model version not ready"}')
 
 
 def test_load_with_config_and_file_overrides_over_http(network_server):
@@ -241,7 +241,7 @@ def test_grpc_stream_serves_decoupled_models_and_reports_errors_in_the_stream(ne
         client.stop_stream()
     errors = [a for a in arrived if isinstance(a, InferenceServerException)]
     results = [a for a in arrived if not isinstance(a, InferenceServerException)]
-    assert len(errors) == 1 and "expects datatype FP32" in str(errors[0])
+    assert len(errors) == 1 and "data-type is 'INT32', but model 'scale' expects 'FP32'" in str(errors[0])
     counts = sorted(int(r.as_numpy("I")[0]) for r in results if r.get_response().id == "c")
     assert counts == [0, 1, 2]
     (good,) = [r for r in results if r.get_response().id == "good"]

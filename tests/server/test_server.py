@@ -182,7 +182,7 @@ def test_live_batching_knobs(repo):
         server.update_batching("scale", instance_count=1)
         assert sum(name.startswith("triton-nb-scale") for name in threads_now()) == 1
         assert server.client().infer("scale", {"X": x(4)}).as_numpy("Y").shape == (4, 2)
-        with pytest.raises(InvalidArgumentError, match="batch size 5"):
+        with pytest.raises(InvalidArgumentError, match="batch-size must be <= 4 for 'scale'"):
             server.client().infer("scale", {"X": x(5)})  # the live max_batch_size is 4 now... and the config's 8
 
 
@@ -192,16 +192,19 @@ def test_live_batching_knobs(repo):
         (lambda c: c.infer("scael", {"X": x()}), NotFoundError,
          "unknown model: 'scael' is not found \\(did you mean 'scale'\\?\\)"),
         (lambda c: c.infer("scale", {"X": x()}, model_version="9"), NotFoundError, "version 9 is not found"),
-        (lambda c: c.infer("scale", {}), InvalidArgumentError, "missing input tensor\\(s\\) 'X'"),
-        (lambda c: c.infer("scale", {"X": x(), "Z": x()}), InvalidArgumentError, "unexpected input tensor\\(s\\) 'Z'"),
+        (lambda c: c.infer("scale", {}), InvalidArgumentError,
+         "expected 1 inputs but got 0 inputs for model 'scale'.* missing required input\\(s\\) \\['X'\\]"),
+        (lambda c: c.infer("scale", {"X": x(), "Z": x()}), InvalidArgumentError,
+         "expected 1 inputs but got 2 inputs for model 'scale'"),
         (lambda c: c.infer("scale", {"X": x().astype(np.float64)}), InvalidArgumentError,
-         "input 'X' expects datatype FP32, got FP64"),
+         "inference input 'X' data-type is 'FP64', but model 'scale' expects 'FP32'"),
         (lambda c: c.infer("scale", {"X": np.ones((1, 3), np.float32)}), InvalidArgumentError,
-         "input 'X' has shape \\[1, 3\\]"),
-        (lambda c: c.infer("scale", {"X": x(9)}), InvalidArgumentError, "batch size 9 .* outside 1..8"),
+         "unexpected shape for input 'X' for model 'scale'. Expected \\[-1,2\\], got \\[1,3\\]"),
+        (lambda c: c.infer("scale", {"X": x(9)}), InvalidArgumentError, "batch-size must be <= 8 for 'scale'"),
         (lambda c: c.infer("scale", {"X": np.array([["a", "b"]], dtype=object)}), InvalidArgumentError,
-         "expects datatype FP32"),
-        (lambda c: c.infer("scale", {"X": x()}, outputs=["W"]), InvalidArgumentError, "unknown output 'W'"),
+         "data-type is 'BYTES', but model 'scale' expects 'FP32'"),
+        (lambda c: c.infer("scale", {"X": x()}, outputs=["W"]), InvalidArgumentError,
+         "unexpected inference output 'W' for model 'scale'"),
         (lambda c: c.infer("scale", {"X": np.full((1, 2), np.nan, np.float32)}), InvalidArgumentError,
          "X has NaN"),
     ],

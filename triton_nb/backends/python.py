@@ -550,11 +550,8 @@ class PythonBackend(Backend):
             out.parameters = json.loads(response.parameters())
         error = response.error()
         if error is not None:
-            message = error.message()
-            prefix = f"model '{self.name}'"
-            if not message.startswith(prefix):
-                message = f"{prefix}: {message}"
-            out.error = pb_utils._error_class(error.code())(message)
+            # the model's own words reach the client unchanged, as in Triton
+            out.error = pb_utils._error_class(error.code())(error.message())
             return out
         wanted = set(request.requested_outputs) if request.requested_outputs is not None else None
         outputs: dict[str, np.ndarray] = {}

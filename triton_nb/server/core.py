@@ -363,17 +363,17 @@ class InferenceServer:
             raise UnavailableError("the server is stopped")
         if not _internal:
             self._require_explicit("load")
+        source = self.repository / name
+        if not files and (not source.is_dir() or (config is None and not (source / CONFIG_FILENAME).is_file())):
+            raise NotFoundError(f"no model '{name}' in repository {self.repository}")
         model = self._model_record(name)
         with model.lock:
-            source = self.repository / name
             if files:
                 if config is None:
                     raise InvalidArgumentError(
                         f"model '{name}': file overrides need a config override as well (Triton's rule)"
                     )
                 source = self._write_overrides(model, files)
-            elif not (source / CONFIG_FILENAME).is_file() and config is None:
-                raise NotFoundError(f"no model '{name}' in repository {self.repository}")
             try:
                 loaded = self._load_versions(name, source, config)
             except TritonNBError as exc:
@@ -388,13 +388,15 @@ class InferenceServer:
             self._retire_version(version, drain=True, wait=False)
 
     def unload_model(self, name: str, *, unload_dependents: bool = False, _internal: bool = False) -> None:
-        """Unload every version of a model; queued requests are still answered."""
+        """Unload every version of a model; queued requests are still answered. Unloading a model
+        that is not loaded does nothing, as in Triton."""
         if not _internal:
             self._require_explicit("unload")
         with self._models_lock:
             model = self._models.get(name)
-        if model is None or not model.versions:
-            raise NotFoundError(f"model '{name}' is not loaded")
+        if model is None or not model.versions:  # nothing to do, and no error: Triton's rule
+            log.debug("unload of model '%s', which is not loaded: nothing to do", name)
+            return
         with model.lock:
             old = model.versions
             model.versions = {}
@@ -670,13 +672,13 @@ class InferenceServer:
         serving = model.versions
         if not serving:
             state, reason = next(iter(model.states.values()), (ModelState.UNAVAILABLE, ""))
-            raise NotFoundError(f"Request for unknown model: '{name}' has no available versions "
-                                f"({state}{': ' + reason if reason else ''})")
+            # Triton's words; the reason is added when it says more than that the model was unloaded
+            why = "" if reason == "unloaded" else f" ({state}{': ' + reason if reason else ''})"
+            raise NotFoundError(f"Request for unknown model: '{name}' has no available versions{why}")
         if version in (-1, 0):
             return serving[max(serving)]
         if version not in serving:
-            raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found "
-                                f"(serving {sorted(serving)})")
+            raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
         return serving[version]
 
     def infer_async(self, request: InferRequest) -> Future:
@@ -824,9 +826,12 @@ class InferenceServer:
             for number, (state, reason) in sorted(states.items()):
                 if ready_only and state != ModelState.READY:
                     continue
-                entry = {"name": name, "state": state, "reason": reason}
+                entry = {"name": name}
                 if number >= 0:
                     entry["version"] = str(number)
+                entry["state"] = state
+                if reason:  # Triton leaves the key out for models that are fine
+                    entry["reason"] = reason
                 index.append(entry)
         return index
 
@@ -894,7 +899,9 @@ def _gpu_available() -> bool:
 
 
 def _check_request(target: _Version, request: InferRequest, live_max_batch_size: int | None = None) -> None:
-    """Names, datatypes and shapes against the config, before the request is queued.
+    """Names, datatypes and shapes against the config, before the request is queued. The
+    messages are Triton's own (``InferenceRequest::Normalize``), so a client sees the same text
+    from triton_nb and from Triton.
 
     ``live_max_batch_size`` is the scheduler's current limit, which a live update may have
     lowered below the config's."""
@@ -903,55 +910,69 @@ def _check_request(target: _Version, request: InferRequest, live_max_batch_size:
     limit = live_max_batch_size or target.config.max_batch_size
     given = request.inputs.keys()
     if not target.required <= given or not given <= target.inputs.keys():
-        missing = sorted(target.required - given)
-        if missing:
-            raise InvalidArgumentError(f"model '{name}': missing input tensor(s) {', '.join(map(repr, missing))}")
-        extra = [n for n in given if n not in target.inputs]
-        raise InvalidArgumentError(
-            f"model '{name}': unexpected input tensor(s) {', '.join(map(repr, extra))}; it takes "
-            f"{', '.join(map(repr, target.inputs))}")
+        prefix = f"[request id: {request.request_id or '<id_unknown>'}] "
+        missing = [n for n in target.inputs if n in target.required and n not in given]
+        if missing or len(given) > len(target.inputs):
+            low, high = len(target.required), len(target.inputs)
+            expected = f"{high}" if low == high else f"between {low} and {high}"
+            raise InvalidArgumentError(
+                f"{prefix}expected {expected} inputs but got {len(given)} inputs for model '{name}'. Got input(s) "
+                f"{_names(given)}, but missing required input(s) {_names(missing)}. Please provide all required "
+                f"input(s).")
+        extra = next(n for n in given if n not in target.inputs)
+        raise InvalidArgumentError(f"unexpected inference input '{extra}' for model '{name}'")
     batch: int | None = None
     for tensor_name, array in request.inputs.items():
         spec = target.inputs[tensor_name]
         if not isinstance(array, np.ndarray):
             raise InvalidArgumentError(f"model '{name}': input '{tensor_name}' must be a numpy array")
         if array.dtype != spec.dtype and not (spec.dtype.kind == "O" and array.dtype.kind == "S"):
-            if spec.dtype.kind == "O":
-                raise InvalidArgumentError(
-                    f"model '{name}': input '{tensor_name}' is BYTES; got {_datatype_name(array.dtype)}")
             raise InvalidArgumentError(
-                f"model '{name}': input '{tensor_name}' expects datatype {numpy_to_triton_dtype(spec.dtype)}, got "
-                f"{_datatype_name(array.dtype)}")
+                f"[request id: {request.request_id or '<id_unknown>'}] inference input '{tensor_name}' data-type is "
+                f"'{_datatype_name(array.dtype)}', but model '{name}' expects '{numpy_to_triton_dtype(spec.dtype)}'")
         shape = array.shape
         if batching:
             if len(shape) != len(spec.dims) + 1:
-                raise InvalidArgumentError(
-                    f"model '{name}': input '{tensor_name}' has shape {list(shape)}; expected [batch, "
-                    f"{', '.join(map(str, spec.dims))}]")
+                raise InvalidArgumentError(_shape_message(name, tensor_name, request, spec, shape, batching))
             rows = shape[0]
             if rows < 1 or rows > limit:
-                raise InvalidArgumentError(f"model '{name}': batch size {rows} of input '{tensor_name}' "
-                                           f"is outside 1..{limit} (max_batch_size)")
+                raise InvalidArgumentError(
+                    f"[request id: {request.request_id or '<id_unknown>'}] inference request batch-size must be "
+                    f"<= {limit} for '{name}'")
             if batch is not None and rows != batch:
                 raise InvalidArgumentError(f"model '{name}': inputs have different batch sizes ({batch} and {rows})")
             batch = rows
             shape = shape[1:]
         if shape != spec.dims and (not spec.variable or len(shape) != len(spec.dims) or any(
                 d != -1 and d != s for d, s in zip(spec.dims, shape, strict=True))):
-            raise InvalidArgumentError(
-                f"model '{name}': input '{tensor_name}' has shape {list(array.shape)}; the model expects "
-                f"{(['-1'] if batching else []) + [str(d) for d in spec.dims]}")
+            raise InvalidArgumentError(_shape_message(name, tensor_name, request, spec, array.shape, batching))
     for output in request.requested_outputs or ():
         if output not in target.outputs:
-            raise InvalidArgumentError(
-                f"model '{name}': unknown output '{output}'; it has {', '.join(sorted(target.outputs))}")
+            raise InvalidArgumentError(f"unexpected inference output '{output}' for model '{name}'")
+
+
+def _names(names: Any) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _shape_message(model: str, tensor: str, request: InferRequest, spec: _TensorSpec, shape: tuple[int, ...],
+                   batching: bool) -> str:
+    expected = ",".join(str(d) for d in ((-1,) if batching else ()) + spec.dims)
+    message = (f"[request id: {request.request_id or '<id_unknown>'}] unexpected shape for input '{tensor}' for "
+               f"model '{model}'. Expected [{expected}], got [{','.join(str(d) for d in shape)}]. ")
+    if batching:
+        message += ("NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+                    "prepended to each input shape. If you want to specify the full shape including the batch dim "
+                    "in your input dims config, try setting max_batch_size to zero. See the model configuration "
+                    "docs for more info on max_batch_size.")
+    return message
 
 
 def _datatype_name(dtype: np.dtype) -> str:
     try:
-        return f"{numpy_to_triton_dtype(dtype)} ({dtype})"
-    except InvalidArgumentError:
-        return str(dtype)
+        return numpy_to_triton_dtype(dtype)
+    except InvalidArgumentError:  # a numpy type no Triton datatype matches (in-process callers)
+        return f"<invalid: numpy {dtype}>"
 
 
 def _filter_outputs(version: _Version, request: InferRequest, response: InferResponse) -> InferResponse:

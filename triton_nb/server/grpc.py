@@ -204,8 +204,6 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise InvalidArgumentError(
                 f"model '{model}': {len(raw)} raw_input_contents for {len(request.inputs)} inputs; send one raw "
                 f"buffer per input or none")
-        if not request.inputs:
-            raise InvalidArgumentError(f"model '{model}': the inference request has no inputs")
         arrays: dict[str, np.ndarray] = {}
         for index, tensor in enumerate(request.inputs):
             name = tensor.name

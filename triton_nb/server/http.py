@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
@@ -121,8 +122,8 @@ class HttpApp:
     # ------------------------------------------------------------------ routing
     async def _dispatch(self, scope: dict[str, Any], receive: Receive) -> _Reply:
         method = scope["method"]
-        parts = scope["path"].strip("/").split("/")
-        if not parts or parts[0] != "v2":
+        parts = scope["path"].removeprefix("/").split("/")
+        if parts[0] != "v2" or "" in parts[1:]:  # "/v2/" and "/v2/models//ready" match no route, as in Triton
             raise NotFoundError("Not Found")
         rest = parts[1:]
         if not rest:
@@ -147,20 +148,21 @@ class HttpApp:
     @staticmethod
     def _allow(method: str, allowed: str) -> None:
         if method != allowed:
-            raise _MethodNotAllowed(f"Method Not Allowed: {method} (use {allowed})")
+            raise _MethodNotAllowed("Method Not Allowed")
 
     async def _models_route(self, method: str, rest: list[str], scope: dict[str, Any], receive: Receive) -> _Reply:
         if rest == ["stats"]:
             self._allow(method, "GET")
             return _json(self._server.statistics())
-        if not rest or not rest[0]:
+        if not rest:
             raise NotFoundError("Not Found")
         model = rest[0]
-        version_text = None
+        version = -1
         tail = rest[1:]
         if len(tail) >= 2 and tail[0] == "versions":
-            version_text, tail = tail[1], tail[2:]
-        version = _version_number(model, version_text)
+            if not tail[1].isdigit():  # not a route, as in Triton
+                raise NotFoundError("Not Found")
+            version, tail = int(tail[1]), tail[2:]
         action = tail[0] if tail else ""
         if len(tail) > 1:
             raise NotFoundError("Not Found")
@@ -171,7 +173,9 @@ class HttpApp:
         if action == "":
             return _json(self._server.model_metadata(model, version))
         if action == "ready":
-            return _Reply(200 if self._server.is_model_ready(model, version) else 400, b"", _NO_BODY)
+            if self._server.is_model_ready(model, version):
+                return _Reply(200, b"", _NO_BODY)
+            return _Reply(400, orjson.dumps({"error": "Model version not ready"}))
         if action == "config":
             return _json(self._server.model_config_json(model, version))
         if action == "stats":
@@ -242,10 +246,23 @@ class HttpApp:
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise InvalidArgumentError(f"failed to parse the {what} JSON: {exc}") from None
+            error = exc
+        # NaN and Infinity are not JSON, but tritonclient sends them and Triton reads them
+        if any(token in bytes(body) for token in (b"NaN", b"Infinity")):
+            try:
+                return json.loads(bytes(body))
+            except ValueError:
+                pass
+        raise InvalidArgumentError(f"failed to parse the {what} JSON: {error}") from None
 
     # ------------------------------------------------------------------ inference
     async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive) -> _Reply:
+        # the model first, as Triton: a request to an unknown model is a 404 whatever its body
+        config = self._server.input_config(model, version)
+        if config.model_transaction_policy.decoupled:
+            raise InvalidArgumentError(
+                f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
+                f"(use gRPC streaming)")
         body = await self._body(scope, receive)
         headers = dict(scope["headers"])
         header_length = headers.get(b"inference-header-content-length")
@@ -261,11 +278,6 @@ class HttpApp:
             document = self._parse_json(body, "inference request")
             binary = memoryview(b"")
         request, binary_outputs, classes = self._decode(model, version, document, binary)
-        config = self._server.input_config(model, version)
-        if config.model_transaction_policy.decoupled:
-            raise InvalidArgumentError(
-                f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
-                f"(use gRPC streaming)")
         future = self._server.infer_async(request)
         response: InferResponse = await asyncio.wrap_future(future)
         reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes)
@@ -279,8 +291,8 @@ class HttpApp:
         if not isinstance(document, dict):
             raise InvalidArgumentError(f"model '{model}': the inference request must be a JSON object")
         inputs = document.get("inputs")
-        if not isinstance(inputs, list) or not inputs:
-            raise InvalidArgumentError(f"model '{model}': the inference request needs a non-empty 'inputs' list")
+        if not isinstance(inputs, list):  # empty is fine: a model whose inputs are all optional
+            raise InvalidArgumentError(f"model '{model}': the inference request needs an 'inputs' list")
         arrays: dict[str, np.ndarray] = {}
         offset = 0
         for entry in inputs:
@@ -347,6 +359,7 @@ class HttpApp:
         binary_default, per_output = binary_outputs
         outputs = []
         buffers = []
+        non_finite = False
         for name, array in response.outputs.items():
             if name in classes:
                 array = classify(model, name, array, classes[name], batching,
@@ -359,6 +372,7 @@ class HttpApp:
                 buffers.append(data)
             else:
                 entry["data"] = array_to_values(model, name, array)
+                non_finite = non_finite or (array.dtype.kind == "f" and not np.isfinite(array).all())
             outputs.append(entry)
         document: dict[str, Any] = {"model_name": response.model_name,
                                     "model_version": str(response.model_version)}
@@ -367,13 +381,21 @@ class HttpApp:
         if response.parameters:
             document["parameters"] = response.parameters
         document["outputs"] = outputs
-        header = orjson.dumps(document)
+        header = _dumps(document, non_finite)
         if not buffers:
             return _Reply(200, header)
         return _Reply(200, header + b"".join(buffers), [
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(len(header)).encode()),
         ])
+
+
+def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:
+    """Compact JSON; with NaN or infinities in the data, written as ``NaN``/``Infinity`` as
+    Triton writes them (orjson would write null)."""
+    if non_finite:
+        return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return orjson.dumps(document)
 
 
 def _scheduling(model: str, parameters: dict[str, Any]) -> tuple[int, int]:

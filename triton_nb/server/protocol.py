@@ -192,8 +192,8 @@ def array_from_values(model: str, tensor: str, datatype: Any, shape: tuple[int, 
     dtype = _dtype(model, tensor, datatype)
     if datatype in _BINARY_ONLY:
         raise InvalidArgumentError(
-            f"model '{model}': receiving {datatype} data via JSON is not supported; send input '{tensor}' "
-            f"as binary data")
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input "
+            f"{tensor}")
     if not isinstance(values, (list, tuple)):
         raise InvalidArgumentError(f"model '{model}': input '{tensor}' needs its data as a list, got "
                                    f"{type(values).__name__}")
@@ -252,8 +252,7 @@ def array_to_values(model: str, output: str, array: np.ndarray) -> list[Any]:
     datatype = numpy_to_triton_dtype(array.dtype)
     if datatype in _BINARY_ONLY:
         raise InvalidArgumentError(
-            f"model '{model}': sending {datatype} data via JSON is not supported; request output '{output}' "
-            f"as binary data")
+            f"sending {datatype} data via JSON is not supported. Please use the binary data format for output")
     if datatype == "BYTES":
         return [item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
                 for item in array.ravel()]

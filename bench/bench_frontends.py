@@ -1,0 +1,514 @@
+"""HTTP and gRPC front ends of triton_nb against real NVIDIA Triton, on the same fraud repository.
+
+One run, one machine, one exported fraud repository, served in turn by
+
+* real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/real_triton.py);
+  that build has no FIL backend, so the tree model is exported as its Python-backend twin
+  (``model_backend="python"``), and
+* triton_nb (``triton_nb.serve(repo, http_port=0, grpc_port=0)``), in a process of its own so the
+  load generators never share its GIL; by default on the very same repository directory.
+
+Every request is one row to model ``ensemble``. Load:
+
+* HTTP — ``wrk`` (one thread, N connections) POSTing a KServe v2 JSON body
+  (``/v2/models/ensemble/infer``); throughput and the 50%/99% latencies are wrk's;
+* gRPC — the same Python client for both servers: grpc.aio in separate processes, each keeping
+  its share of N requests in flight over one channel, sending a pre-serialized
+  ``ModelInferRequest`` through a generic unary-unary call (no per-request protobuf work on the
+  client), recording each request's latency.
+
+For each protocol and concurrency (1, 16, 32): infer/s, p50 and p99, each as ours/theirs.
+Targets: at c=1 p50 <= real Triton's; at c>=16 throughput >= real Triton's with p99 <= real
+Triton's. Each point is warmed up before it is measured. Before any load, both servers must give
+the same prediction for the request body over both protocols (and the one XGBoost gives).
+
+The machine may have only two cores: the servers run one after the other, never together, and
+the load generators stay small (one wrk thread, one gRPC process by default: a second one costs
+the servers more CPU than it adds load). Each point prints the load generator's own CPU use. On a
+busy machine, ``--rounds 3`` alternates the servers three times and keeps each point's median.
+
+    python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb] [--concurrency 1,16,32]
+                                    [--rounds 1] [--ours-tree-backend python|fil]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL = "ensemble"
+OUTPUT = "predictions"
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+SERVER_NAMES = {"real": "real Triton 2.51", "triton_nb": "triton_nb"}
+
+
+@dataclass
+class Point:
+    """One measured configuration: completed requests per second and latency percentiles (seconds)."""
+
+    rate: float
+    p50: float
+    p99: float
+    errors: int = 0
+    client_cpu: float = math.nan  # CPU seconds per second the load generator used while measuring
+
+
+# ---------------------------------------------------------------------------------- the request
+
+
+def one_row_request(model, frame, seed: int):
+    """The row every request sends (one XGBoost flags as fraud, when the sample has one, so that two
+    servers agreeing is not just both giving the common answer), its tensors and XGBoost's prediction."""
+    from triton_nb.fraud import request_tensors
+
+    sample = frame.sample(2000, random_state=seed)
+    predictions = model.predict(sample)
+    index = int(predictions.argmax())
+    row = sample.iloc[index:index + 1]
+    return row, request_tensors(row), float(predictions[index])
+
+
+def json_body(tensors) -> bytes:
+    """KServe v2 JSON: FP32 as numbers, BYTES as strings, shape [1, 1]."""
+    inputs = []
+    for name, array in tensors.items():
+        if array.dtype.kind == "f":
+            inputs.append({"name": name, "shape": list(array.shape), "datatype": "FP32",
+                           "data": [float(v) for v in array.reshape(-1)]})
+        else:
+            inputs.append({"name": name, "shape": list(array.shape), "datatype": "BYTES",
+                           "data": [bytes(v).decode("utf-8") for v in array.reshape(-1)]})
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def grpc_payload(tensors) -> bytes:
+    """A serialized ``ModelInferRequest`` with raw (binary) contents, the way tritonclient sends them."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=MODEL)
+    for name, array in tensors.items():
+        tensor = request.inputs.add(name=name, shape=list(array.shape))
+        if array.dtype.kind == "f":
+            tensor.datatype = "FP32"
+            request.raw_input_contents.append(array.astype("<f4").tobytes())
+        else:  # BYTES: each element as a 4-byte little-endian length, then the bytes
+            tensor.datatype = "BYTES"
+            request.raw_input_contents.append(
+                b"".join(struct.pack("<I", len(bytes(v))) + bytes(v) for v in array.reshape(-1)))
+    request.outputs.add(name=OUTPUT)
+    return request.SerializeToString()
+
+
+def http_prediction(http_url: str, body: bytes) -> float:
+    request = urllib.request.Request(f"http://{http_url}/v2/models/{MODEL}/infer", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    output = next(o for o in answer["outputs"] if o["name"] == OUTPUT)
+    return float(output["data"][0])
+
+
+def grpc_prediction(grpc_url: str, payload: bytes) -> float:
+    import grpc
+    import numpy as np
+    from tritonclient.grpc import service_pb2
+
+    with grpc.insecure_channel(grpc_url) as channel:
+        raw = channel.unary_unary(GRPC_METHOD)(payload, timeout=30)
+    response = service_pb2.ModelInferResponse.FromString(raw)
+    index = next(i for i, o in enumerate(response.outputs) if o.name == OUTPUT)
+    output = response.outputs[index]
+    if response.raw_output_contents:
+        dtype = {"FP32": "<f4", "FP64": "<f8", "INT32": "<i4", "INT64": "<i8"}[output.datatype]
+        return float(np.frombuffer(response.raw_output_contents[index], dtype=dtype)[0])
+    return float(output.contents.fp32_contents[0])
+
+
+# ---------------------------------------------------------------------------------- HTTP: wrk
+
+WRK_SCRIPT = """\
+-- generated by bench_frontends.py: POST the same KServe v2 JSON body on every request
+local file = assert(io.open("{body}", "rb"))
+wrk.method = "POST"
+wrk.body = file:read("*a")
+file:close()
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)([a-z]+)", text).groups()
+    return float(number) * _UNITS[unit]
+
+
+def parse_wrk(output: str) -> Point:
+    """Requests/sec and the 50%/99% lines of ``--latency``; non-2xx answers and socket errors count as errors."""
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))
+    percentiles = {int(p): _seconds(v) for p, v in re.findall(r"^\s+(\d+)%\s+(\S+)\s*$", output, re.MULTILINE)}
+    errors = 0
+    if match := re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output):
+        errors += int(match.group(1))
+    if match := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output):
+        errors += sum(int(g) for g in match.groups())
+    return Point(rate, percentiles[50], percentiles[99], errors)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: int) -> Point:
+    # one thread: on a small machine every extra load thread is taken from the server under test
+    args = [wrk, "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
+    cpu = _children_cpu()
+    result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60, check=False)
+    cpu = _children_cpu() - cpu
+    if result.returncode != 0 or "Requests/sec" not in result.stdout:
+        raise RuntimeError(f"wrk failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    point = parse_wrk(result.stdout)
+    point.client_cpu = cpu / seconds
+    return point
+
+
+def bench_http(wrk: str, http_url: str, script: Path, concurrency: int, warmup_s: int, duration_s: int) -> Point:
+    url = f"http://{http_url}/v2/models/{MODEL}/infer"
+    run_wrk(wrk, url, script, concurrency, warmup_s)  # warm-up: connections, batcher, caches
+    return run_wrk(wrk, url, script, concurrency, duration_s)
+
+
+# ---------------------------------------------------------------------------------- gRPC: grpc.aio
+
+
+def grpc_load_process(grpc_url: str, payload: bytes, in_flight: int, warmup_s: float, duration_s: float,
+                      barrier, results) -> None:
+    """One load-generator process: ``in_flight`` coroutines on one channel, each sending back to back.
+
+    Only requests that complete inside the measuring window count, and only their latencies are kept.
+    """
+    import grpc
+
+    async def main() -> tuple[list[float], int, float]:
+        latencies: list[float] = []
+        errors = 0
+        cpu = 0.0
+        async with grpc.aio.insecure_channel(grpc_url) as channel:
+            # no serializers: the pre-serialized bytes go out as they are, answers come back as bytes
+            call = channel.unary_unary(GRPC_METHOD)
+            await call(payload, timeout=30)  # connected before the clock starts
+            await asyncio.get_running_loop().run_in_executor(None, barrier.wait, 120)
+            begin = time.perf_counter() + warmup_s
+            end = begin + duration_s
+
+            async def worker() -> None:
+                nonlocal errors
+                while True:
+                    started = time.perf_counter()
+                    try:
+                        await call(payload, timeout=30)
+                    except grpc.RpcError:
+                        errors += 1
+                    finished = time.perf_counter()
+                    if finished >= end:
+                        return
+                    if finished >= begin:
+                        latencies.append(finished - started)
+
+            async def cpu_meter() -> None:  # CPU this process spends inside the measuring window
+                nonlocal cpu
+                await asyncio.sleep(begin - time.perf_counter())
+                cpu = -time.process_time()
+                await asyncio.sleep(end - time.perf_counter())
+                cpu += time.process_time()
+
+            await asyncio.gather(cpu_meter(), *(worker() for _ in range(in_flight)))
+        return latencies, errors, cpu
+
+    try:
+        results.put(asyncio.run(main()))
+    except BaseException as exc:  # the parent waits on the queue: always answer
+        results.put(exc)
+
+
+def bench_grpc(grpc_url: str, payload: bytes, concurrency: int, processes: int, warmup_s: float,
+               duration_s: float) -> Point:
+    import multiprocessing
+
+    # spawn: a fresh interpreter, with no server, grpc or numpy state inherited from this one
+    context = multiprocessing.get_context("spawn")
+    processes = max(1, min(processes, concurrency))
+    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    barrier = context.Barrier(processes)
+    results = context.Queue()
+    workers = [context.Process(target=grpc_load_process,
+                               args=(grpc_url, payload, share, warmup_s, duration_s, barrier, results), daemon=True)
+               for share in shares]
+    for worker in workers:
+        worker.start()
+    answers = [results.get(timeout=warmup_s + duration_s + 120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    if failed:
+        raise RuntimeError(f"gRPC load process failed: {failed[0]!r}")
+    latencies = sorted(x for lat, _, _ in answers for x in lat)
+    errors = sum(e for _, e, _ in answers)
+    cpu = sum(c for _, _, c in answers)
+    if not latencies:
+        raise RuntimeError("no gRPC request completed in the measuring window")
+    return Point(len(latencies) / duration_s, percentile(latencies, 50), percentile(latencies, 99), errors,
+                 cpu / duration_s)
+
+
+def percentile(ordered: list[float], pct: float) -> float:
+    """Nearest-rank percentile of sorted values (what wrk's histogram reports too)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))]
+
+
+# ---------------------------------------------------------------------------------- servers
+
+TRITON_NB_SERVER = """\
+import json, sys
+import triton_nb
+server = triton_nb.serve(sys.argv[1], http_port=0, grpc_port=0)
+print(json.dumps({"http_port": server.http_port, "grpc_port": server.grpc_port}), flush=True)
+sys.stdin.read()  # the benchmark closes stdin to stop the server
+server.stop()
+"""
+
+
+def _ready(http_url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as r:
+        return r.status == 200
+    return False
+
+
+@contextlib.contextmanager
+def triton_nb_server(repo: Path, log_path: Path, startup_timeout_s: float = 180.0):
+    """triton_nb serving ``repo`` in a child process; yields (http_url, grpc_url)."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-c", TRITON_NB_SERVER, str(repo)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=log, cwd=tempfile.gettempdir())
+    try:
+        line = process.stdout.readline()
+        if not line:
+            process.wait(timeout=30)
+            raise RuntimeError(f"triton_nb server exited ({process.returncode}):\n{log_path.read_text()[-4000:]}")
+        ports = json.loads(line)
+        http_url, grpc_url = f"127.0.0.1:{ports['http_port']}", f"127.0.0.1:{ports['grpc_port']}"
+        deadline = time.monotonic() + startup_timeout_s
+        while not _ready(http_url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"triton_nb server not ready:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+        yield http_url, grpc_url
+    finally:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def real_triton_server(repo: Path):
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from real_triton import RealTritonServer
+
+    with RealTritonServer(repo) as server:
+        yield server.http_url, server.grpc_url
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def busy_cpus(seconds: float = 1.0) -> float:
+    """How many CPUs' worth of work other processes are doing right now (from /proc/stat; 0 elsewhere)."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except OSError:
+        return 0.0
+    return (1 - (idle1 - idle0) / max(1, total1 - total0)) * (os.cpu_count() or 1)
+
+
+def measure_server(name: str, urls: tuple[str, str], args, body: bytes, payload: bytes, script: Path,
+                   expected: float) -> dict[tuple[str, int], Point]:
+    http_url, grpc_url = urls
+    got = {"http": http_prediction(http_url, body), "grpc": grpc_prediction(grpc_url, payload)}
+    print(f"{SERVER_NAMES[name]}: prediction over HTTP {got['http']}, gRPC {got['grpc']} (XGBoost: {expected})",
+          flush=True)
+    if any(value != expected for value in got.values()):
+        raise SystemExit(f"{SERVER_NAMES[name]} does not predict what XGBoost does for the request body")
+    points = {}
+    for protocol in args.protocols:
+        for concurrency in args.concurrency:
+            if protocol == "http":
+                point = bench_http(args.wrk, http_url, script, concurrency, args.warmup_s, args.duration_s)
+            else:
+                point = bench_grpc(grpc_url, payload, concurrency, args.grpc_processes, args.warmup_s,
+                                   args.duration_s)
+            points[protocol, concurrency] = point
+            print(f"  {protocol:4} c={concurrency:<3} {point.rate:9,.0f} infer/s   p50 {point.p50 * 1e3:7.2f} ms   "
+                  f"p99 {point.p99 * 1e3:7.2f} ms   load generator {point.client_cpu:4.0%} CPU"
+                  + (f"   ERRORS {point.errors}" if point.errors else ""), flush=True)
+    return points
+
+
+def median_points(rounds: list[dict[tuple[str, int], Point]]) -> dict[tuple[str, int], Point]:
+    """Per point, the round with the median throughput (its latencies with it, so they stay one measurement)."""
+    return {key: sorted((r[key] for r in rounds), key=lambda p: p.rate)[(len(rounds) - 1) // 2] for key in rounds[0]}
+
+
+def print_table(results: dict[str, dict[tuple[str, int], Point]], args) -> None:
+    ours, real = results.get("triton_nb"), results.get("real")
+    print()
+    header = (f"{'proto':5} {'c':>3} | {'ours/s':>8} {'real/s':>8} {'ratio':>6} | {'p50 ms':>13} {'ratio':>6} | "
+              f"{'p99 ms':>13} {'ratio':>6} | target")
+    print(header)
+    print("-" * len(header))
+    for protocol in args.protocols:
+        for concurrency in args.concurrency:
+            a = ours[protocol, concurrency] if ours else None
+            b = real[protocol, concurrency] if real else None
+
+            def cell(point, attr, scale=1.0, fmt="8,.0f"):
+                return format(getattr(point, attr) * scale, fmt) if point else "-".rjust(len(format(0, fmt)))
+
+            if a and b and (a.errors or b.errors):
+                rate_r, p50_r, p99_r = a.rate / b.rate, a.p50 / b.p50, a.p99 / b.p99
+                ratios = (f"{rate_r:6.2f}", f"{p50_r:6.2f}", f"{p99_r:6.2f}")
+                target = "not judged: requests failed"
+            elif a and b:
+                rate_r, p50_r, p99_r = a.rate / b.rate, a.p50 / b.p50, a.p99 / b.p99
+                if concurrency == 1:
+                    met = a.p50 <= b.p50
+                    target = f"p50 <= real: {'ok' if met else 'MISSED'}"
+                else:
+                    met = a.rate >= b.rate and a.p99 <= b.p99
+                    target = f"rate >= real, p99 <= real: {'ok' if met else 'MISSED'}"
+                ratios = (f"{rate_r:6.2f}", f"{p50_r:6.2f}", f"{p99_r:6.2f}")
+            else:
+                ratios, target = ("     -",) * 3, "-"
+            p50 = f"{cell(a, 'p50', 1e3, '6.2f')}/{cell(b, 'p50', 1e3, '6.2f')}"
+            p99 = f"{cell(a, 'p99', 1e3, '6.2f')}/{cell(b, 'p99', 1e3, '6.2f')}"
+            print(f"{protocol:5} {concurrency:3} | {cell(a, 'rate')} {cell(b, 'rate')} {ratios[0]} | {p50} {ratios[1]} "
+                  f"| {p99} {ratios[2]} | {target}")
+    print("ratios are ours/theirs; p50 and p99 columns are ours/theirs in ms")
+
+
+def _csv(kind):
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=_csv(str), default=["real", "triton_nb"],
+                        help="comma-separated, measured in this order: real, triton_nb")
+    parser.add_argument("--protocols", type=_csv(str), default=["http", "grpc"])
+    parser.add_argument("--concurrency", type=_csv(int), default=[1, 16, 32])
+    parser.add_argument("--duration-s", type=int, default=8, help="measured seconds per point (wrk takes whole s)")
+    parser.add_argument("--warmup-s", type=int, default=2, help="load before each measured point, not counted")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each server this many times, alternating; each point reports its median round")
+    parser.add_argument("--trees", type=int, default=200)
+    parser.add_argument("--max-queue-delay-us", type=int, default=None,
+                        help="dynamic batcher delay written into the exported configs (default: the exporter's)")
+    parser.add_argument("--ours-tree-backend", choices=("python", "fil"), default="python",
+                        help="python: triton_nb serves the very repository real Triton does; fil: the same "
+                             "export with triton_nb's FIL backend (which real Triton's build lacks)")
+    parser.add_argument("--grpc-processes", type=int, default=1,
+                        help="gRPC load processes; the concurrency is split among them")
+    parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
+    parser.add_argument("--seed", type=int, default=1, help="picks the request's row")
+    args = parser.parse_args()
+    unknown = set(args.servers) - set(SERVER_NAMES) or set(args.protocols) - {"http", "grpc"}
+    if unknown:
+        parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    if args.rounds < 1 or args.duration_s < 1 or args.warmup_s < 1:
+        parser.error("--rounds, --duration-s and --warmup-s must be >= 1")
+    if "http" in args.protocols and not os.access(args.wrk, os.X_OK):
+        parser.error(f"wrk not found at {args.wrk}")
+
+    from triton_nb import fraud
+    from triton_nb.repository import export_fraud_repository
+    from triton_nb.repository.export import BatchingOptions
+
+    started = time.perf_counter()
+    frame = fraud.generate_transactions(50_000, seed=0)
+    model = fraud.train_fraud_model(frame, num_boost_round=args.trees, early_stopping_rounds=None, progress=False)
+    batching = BatchingOptions() if args.max_queue_delay_us is None else BatchingOptions(
+        max_queue_delay_microseconds=args.max_queue_delay_us)
+    work = Path(tempfile.mkdtemp(prefix="bench-frontends-"))
+    repos = {"python": export_fraud_repository(model, work / "repo-python", model_backend="python",
+                                               batching=batching)}
+    if args.ours_tree_backend == "fil" and "triton_nb" in args.servers:
+        repos["fil"] = export_fraud_repository(model, work / "repo-fil", model_backend="fil", batching=batching)
+    _, tensors, expected = one_row_request(model, frame, args.seed)
+    body, payload = json_body(tensors), grpc_payload(tensors)
+    (work / "body.json").write_bytes(body)
+    script = work / "post.lua"
+    script.write_text(WRK_SCRIPT.format(body=work / "body.json"))
+    print(f"model: {model.best_iteration + 1} trees, depth 8; dynamic batching, max_queue_delay_microseconds "
+          f"{batching.max_queue_delay_microseconds}; tree model: Python-backend twin for real Triton, "
+          f"{args.ours_tree_backend} for triton_nb; {os.cpu_count()} CPUs; prepared in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+
+    rounds: dict[str, list[dict[tuple[str, int], Point]]] = {name: [] for name in args.servers}
+    try:
+        # with --rounds > 1 the servers alternate, so a slow spell of the machine hits both
+        for round_index in range(args.rounds):
+            for name in args.servers:
+                busy = busy_cpus()
+                if busy > 0.3:  # the servers and load generators share the CPUs with whatever else runs
+                    print(f"warning: {busy:.1f} CPUs busy before {SERVER_NAMES[name]} starts: other processes "
+                          "compete for the CPUs, expect noisy numbers", flush=True)
+                if name == "real":
+                    server = real_triton_server(repos["python"])
+                else:
+                    server = triton_nb_server(repos[args.ours_tree_backend], work / "triton_nb.log")
+                if args.rounds > 1:
+                    print(f"round {round_index + 1}/{args.rounds}", end=": ", flush=True)
+                with server as urls:
+                    rounds[name].append(measure_server(name, urls, args, body, payload, script, expected))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {name: median_points(measured) for name, measured in rounds.items()}
+    print_table(results, args)
+    if len(results) == 2:
+        # geometric: a point at 2x and one at 0.5x average to 1x, not 1.25x
+        total = statistics.geometric_mean(
+            [results["triton_nb"][k].rate / results["real"][k].rate for k in results["real"]])
+        print(f"geometric mean of the throughput ratios: {total:.2f}")
+    print(f"total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Fixtures for the front-end conformance tests: the same tests against triton_nb and real NVIDIA Triton.
+
+``endpoint`` is module-scoped and parametrized over ``["triton_nb", "real_triton"]``: each test module
+that uses it starts each server once, on its own copy of the conformance repository, with explicit
+model control (all models loaded at start), so the repository tests can unload and load models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conformance_repo import write_conformance_repo
+from conformance_servers import SERVER_KINDS, Endpoint, start_server
+
+from triton_nb import fraud
+
+
+@pytest.fixture(scope="module", params=SERVER_KINDS)
+def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """A running server (triton_nb or real Triton) serving a fresh copy of the conformance repository."""
+    repo = write_conformance_repo(tmp_path_factory.mktemp(f"conformance-{request.param}") / "repo")
+    started = start_server(request.param, repo)
+    try:
+        yield started.endpoint
+    finally:
+        started.stop()
+
+
+# the same small trained fraud model as tests/repository/conftest.py (that conftest is not visible here)
+@pytest.fixture(scope="session")
+def fraud_frame():
+    return fraud.generate_transactions(8000, seed=2, fraud_rate=0.05)
+
+
+@pytest.fixture(scope="session")
+def trained(fraud_frame):
+    return fraud.train_fraud_model(fraud_frame, num_boost_round=25, early_stopping_rounds=None, progress=False,
+                                   nthread=2)
