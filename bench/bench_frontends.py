@@ -5,8 +5,10 @@ One run, one machine, one exported fraud repository, served in turn by
 * real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/real_triton.py);
   that build has no FIL backend, so the tree model is exported as its Python-backend twin
   (``model_backend="python"``), and
-* triton_nb (``triton_nb.serve(repo, http_port=0, grpc_port=0)``), in a process of its own so the
-  load generators never share its GIL; by default on the very same repository directory.
+* triton_nb (``triton-nb serve``, the command a deployment runs), in a process of its own so the
+  load generators never share its GIL; by default with the tree model on triton_nb's FIL backend,
+  which is what the exporter writes and a user deploys (``--ours-tree-backend python`` serves the
+  very directory real Triton does, Python-backend twin included).
 
 Every request is one row to model ``ensemble``. Load:
 
@@ -42,6 +44,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -286,16 +289,6 @@ def percentile(ordered: list[float], pct: float) -> float:
 
 # ---------------------------------------------------------------------------------- servers
 
-TRITON_NB_SERVER = """\
-import json, sys
-import triton_nb
-server = triton_nb.serve(sys.argv[1], http_port=0, grpc_port=0)
-print(json.dumps({"http_port": server.http_port, "grpc_port": server.grpc_port}), flush=True)
-sys.stdin.read()  # the benchmark closes stdin to stop the server
-server.stop()
-"""
-
-
 def _ready(http_url: str) -> bool:
     with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as r:
         return r.status == 200
@@ -304,28 +297,36 @@ def _ready(http_url: str) -> bool:
 
 @contextlib.contextmanager
 def triton_nb_server(repo: Path, log_path: Path, startup_timeout_s: float = 180.0):
-    """triton_nb serving ``repo`` in a child process; yields (http_url, grpc_url)."""
+    """``triton-nb serve`` on ``repo`` in a child process, as a deployment runs it (the command a user
+    would start; it also keeps the loaded models out of the garbage collector's scans); yields
+    (http_url, grpc_url)."""
+    command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repo), "--http-port", "0",
+               "--grpc-port", "0", "--allow-metrics", "false"]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", TRITON_NB_SERVER, str(repo)], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=log, cwd=tempfile.gettempdir())
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT)
     try:
-        line = process.stdout.readline()
-        if not line:
-            process.wait(timeout=30)
-            raise RuntimeError(f"triton_nb server exited ({process.returncode}):\n{log_path.read_text()[-4000:]}")
-        ports = json.loads(line)
-        http_url, grpc_url = f"127.0.0.1:{ports['http_port']}", f"127.0.0.1:{ports['grpc_port']}"
+        urls: dict[str, str] = {}
         deadline = time.monotonic() + startup_timeout_s
+        while len(urls) < 2:
+            line = process.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise RuntimeError(f"triton-nb serve did not start:\n{log_path.read_text()[-4000:]}")
+            found = re.match(r"Started (HTTPService|GRPCInferenceService) at (\S+)", line)
+            if found:
+                urls[found.group(1)] = found.group(2)
+        http_url, grpc_url = urls["HTTPService"], urls["GRPCInferenceService"]
         while not _ready(http_url):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"triton_nb server not ready:\n{log_path.read_text()[-4000:]}")
             time.sleep(0.2)
         yield http_url, grpc_url
     finally:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -441,7 +442,7 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=200)
     parser.add_argument("--max-queue-delay-us", type=int, default=None,
                         help="dynamic batcher delay written into the exported configs (default: the exporter's)")
-    parser.add_argument("--ours-tree-backend", choices=("python", "fil"), default="python",
+    parser.add_argument("--ours-tree-backend", choices=("python", "fil"), default="fil",
                         help="python: triton_nb serves the very repository real Triton does; fil: the same "
                              "export with triton_nb's FIL backend (which real Triton's build lacks)")
     parser.add_argument("--grpc-processes", type=int, default=1,

@@ -236,8 +236,28 @@ class Scheduler:
             if policy.allow_timeout_override and request.timeout_microseconds:
                 timeout = request.timeout_microseconds
             deadline = request.arrival_ns + timeout * 1000 if timeout else 0
+            was_empty = not self._delayed and not any(self._queues.values())
             queue.append(_Pending(request, future, rows, shapes, deadline, next(self._sequence)))
-            self._cond.notify_all()
+            # Wake the worker forming a batch only when this request can change its decision: the
+            # first request (it sleeps on an empty queue), a deadline, or a batch that may now be
+            # full. Otherwise it wakes at its delay anyway, and a wake-up per request costs a thread
+            # switch per request under load.
+            if was_empty or deadline or self._may_be_full(settings, shapes):
+                self._cond.notify_all()
+
+    def _may_be_full(self, settings: SchedulerSettings, shapes: tuple) -> bool:
+        if not settings.dynamic_batching or settings.max_batch_size == 0:
+            return True
+        first = min(settings.targets())
+        rows = 0
+        for queue in (*self._queues.values(), self._delayed):
+            for pending in queue:
+                if pending.shapes != shapes:  # a request that cannot join: the batch before it is due
+                    return True
+                rows += pending.rows
+                if rows >= first:
+                    return True
+        return False
 
     def _expire(self, now: int) -> None:
         """Apply the timeout action to queued requests past their deadline (under _cond)."""

@@ -13,6 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,6 +26,19 @@ __all__ = ["EnsembleScheduler"]
 Submit = Callable[[InferRequest], Future]
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One step of the schedule, read out of the protobuf once (its maps are slow to read per request)."""
+
+    index: int
+    model_name: str
+    model_version: int
+    inputs: tuple[tuple[str, str], ...]  # (the model's input, the ensemble tensor it reads)
+    outputs: tuple[tuple[str, str], ...]  # (the model's output, the ensemble tensor it writes)
+    needs: frozenset[str]
+    requested: tuple[str, ...]
+
+
 class EnsembleScheduler:
     """Runs requests of one ensemble version through its steps."""
 
@@ -32,6 +46,10 @@ class EnsembleScheduler:
         self.name = name
         self.version = version
         self.steps = list(config.ensemble_scheduling.step)
+        self.plan = tuple(
+            _Step(i, step.model_name, int(step.model_version), tuple(step.input_map.items()),
+                  tuple(step.output_map.items()), frozenset(step.input_map.values()), tuple(step.output_map.keys()))
+            for i, step in enumerate(self.steps))
         self.outputs = [tensor.name for tensor in config.output]
         self._submit = submit
 
@@ -55,8 +73,9 @@ class _EnsembleRun:
         self._advance()
 
     def _ready_steps(self) -> list[int]:
-        steps = self.scheduler.steps
-        return [i for i in sorted(self.pending) if all(t in self.tensors for t in steps[i].input_map.values())]
+        plan = self.scheduler.plan
+        tensors = self.tensors.keys()
+        return [i for i in sorted(self.pending) if plan[i].needs <= tensors]
 
     def _advance(self) -> None:
         with self.lock:
@@ -67,20 +86,17 @@ class _EnsembleRun:
                 self.pending.discard(index)
             self.running += len(ready)
             finished = not ready and self.running == 0
-            inputs = [
-                {name: self.tensors[tensor] for name, tensor in self.scheduler.steps[i].input_map.items()}
-                for i in ready
-            ]
+            inputs = [{name: self.tensors[tensor] for name, tensor in self.scheduler.plan[i].inputs} for i in ready]
         if finished:
             self._finish()
             return
         for index, step_inputs in zip(ready, inputs, strict=True):
-            step = self.scheduler.steps[index]
+            step = self.scheduler.plan[index]
             step_request = InferRequest(
                 model_name=step.model_name,
-                model_version=int(step.model_version),
+                model_version=step.model_version,
                 inputs=step_inputs,
-                requested_outputs=list(step.output_map.keys()),
+                requested_outputs=list(step.requested),
                 request_id=self.request.request_id,
                 priority=self.request.priority,
                 timeout_microseconds=self.request.timeout_microseconds,
@@ -98,9 +114,9 @@ class _EnsembleRun:
             self._fail(index, error)
             return
         response: InferResponse = step_future.result()
-        step = self.scheduler.steps[index]
+        step = self.scheduler.plan[index]
         with self.lock:
-            for output, tensor in step.output_map.items():
+            for output, tensor in step.outputs:
                 if output not in response.outputs:
                     missing = InternalError(f"ensemble '{self.scheduler.name}': step {index} "
                                             f"('{step.model_name}') gave no output '{output}'")

@@ -115,7 +115,8 @@ class HttpApp:
             if not isinstance(error, TritonNBError):
                 log.exception("HTTP %s %s failed", scope["method"], scope["path"])
             reply = _error_reply(error)
-        headers = reply.headers
+        # a content-length spares the chunked transfer encoding (and its extra writes)
+        headers = [*reply.headers, (b"content-length", str(len(reply.body)).encode())]
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
 

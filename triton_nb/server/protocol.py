@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ SERVER_EXTENSIONS = (
 )
 
 _LENGTH = struct.Struct("<I")
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 def server_metadata() -> dict[str, Any]:
@@ -114,8 +116,11 @@ def _element_count(shape: tuple[int, ...]) -> int:
 
 def deserialize_bytes(model: str, tensor: str, buffer: bytes | memoryview, count: int) -> np.ndarray:
     """``count`` length-prefixed elements from ``buffer`` as an object array of bytes."""
-    view = memoryview(buffer)
     values = np.empty(count, dtype=object)
+    if count == 1 and len(buffer) >= 4 and _LENGTH.unpack_from(buffer, 0)[0] == len(buffer) - 4:
+        values[0] = bytes(buffer[4:])  # the common single-row request, without the loop
+        return values
+    view = memoryview(buffer)
     offset = 0
     end = len(view)
     for i in range(count):
@@ -157,7 +162,9 @@ def array_from_buffer(model: str, tensor: str, datatype: Any, shape: tuple[int, 
         raise InvalidArgumentError(
             f"model '{model}': input '{tensor}' has {len(buffer)} bytes of data; {datatype} with shape "
             f"{list(shape)} needs {expected}")
-    return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
+    if _BIG_ENDIAN and dtype.itemsize > 1:  # the wire is little-endian
+        return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 
 # JSON cannot carry these exactly; Triton refuses them in JSON and asks for binary data.
