@@ -99,7 +99,7 @@ def test_compressed_request_bodies_and_responses(network_server):
     assert status == 200 and headers["content-encoding"] == "gzip"
     assert json.loads(gzip.decompress(answer))["outputs"][0]["data"] == [2.0, 4.0]
     status, _, answer = _request(port, "POST", "/v2/models/scale/infer", body, {"Content-Encoding": "br"})
-    assert status == 400 and "unsupported Content-Encoding 'br'" in json.loads(answer)["error"]
+    assert status == 501 and "unsupported Content-Encoding 'br'" in json.loads(answer)["error"]
     status, _, answer = _request(port, "POST", "/v2/models/scale/infer", b"not gzip", {"Content-Encoding": "gzip"})
     assert status == 400 and "does not decompress" in json.loads(answer)["error"]
 

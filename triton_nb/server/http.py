@@ -66,6 +66,10 @@ class PayloadTooLargeError(InvalidArgumentError):
     grpc_code = "RESOURCE_EXHAUSTED"
 
 
+class _UnsupportedEncoding(InvalidArgumentError):
+    http_status = 501  # Triton's answer to a Content-Encoding it cannot decode
+
+
 class _MethodNotAllowed(TritonNBError):
     http_status = 405
     grpc_code = "UNIMPLEMENTED"
@@ -432,7 +436,7 @@ def _decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
     elif encoding == b"deflate":
         wbits = zlib.MAX_WBITS
     else:
-        raise InvalidArgumentError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
+        raise _UnsupportedEncoding(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
                                    f"(gzip, deflate or identity)")
     inflater = zlib.decompressobj(wbits)
     try:
