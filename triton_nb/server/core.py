@@ -302,8 +302,9 @@ class InferenceServer:
                 model.states = {v: (ModelState.UNAVAILABLE, "server stopped") for v in model.states}
         for thread in self._retiring:
             thread.join()
-        if frontends is not None:
-            frontends.wait(10.0)  # what was left in flight has now been failed and answered
+        if frontends is not None and not frontends.wait(10.0):  # what was in flight has been answered
+            log.warning("the network front ends did not stop in time; ending them")
+            frontends.kill()
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> InferenceServer:

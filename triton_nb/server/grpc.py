@@ -1,7 +1,10 @@
 """The gRPC front end: Triton's ``inference.GRPCInferenceService`` over :class:`InferenceServer`.
 
-The servicer implements the service generated in ``tritonclient.grpc.service_pb2_grpc`` with
-``grpc.aio``, on the front ends' event loop (:mod:`triton_nb.server.network`). Tensors arrive as
+The servicer implements the service generated in ``tritonclient.grpc.service_pb2_grpc``. gRPC itself
+is terminated by a relay process (:mod:`triton_nb.server.grpc_relay`, started by :class:`GrpcRelay`)
+that passes each call's bytes over a socket pair to :class:`RelayLink`, on the front ends' event loop
+(:mod:`triton_nb.server.network`): gRPC's own per-call machinery then runs on another core instead of
+holding this process's GIL. Tensors arrive as
 typed ``contents`` or as ``raw_input_contents`` (one raw buffer per input, in order); responses
 always fill ``raw_output_contents`` for every output, in order, as Triton does. Status codes come
 from :func:`triton_nb.errors.wire_status`, the same mapping the HTTP front end uses.
@@ -14,7 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -23,7 +32,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_status
+from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_status
+from triton_nb.server import grpc_relay as relay
 from triton_nb.server.protocol import (
     SERVER_EXTENSIONS,
     SERVER_NAME,
@@ -40,7 +50,7 @@ from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_
 if TYPE_CHECKING:
     from triton_nb.server.core import InferenceServer
 
-__all__ = ["GrpcServicer"]
+__all__ = ["GrpcRelay", "GrpcServicer", "RelayLink"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +72,8 @@ def _version_number(model: str, text: str) -> int:
     if not text:
         return -1
     if not text.isdigit():
-        raise InvalidArgumentError(f"model '{model}': version '{text}' is not a number")
+        raise InvalidArgumentError(
+            f"model '{model}': version '{text}' must be a whole number > 0 (or empty for the latest)")
     return int(text)
 
 
@@ -196,9 +207,15 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     # ------------------------------------------------------------------ inference
-    def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, int]]:
+    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False) -> tuple[InferRequest, dict[str, int]]:
         model = request.model_name
         version = _version_number(model, request.model_version)
+        # the model first, as Triton: a request to an unknown model is NOT_FOUND whatever its inputs
+        decoupled = self._server.input_config(model, version).model_transaction_policy.decoupled
+        if decoupled and not streaming:
+            raise InvalidArgumentError(
+                f"model '{model}': ModelInfer RPC doesn't support models with decoupled transaction policy (use "
+                f"ModelStreamInfer)")
         raw = request.raw_input_contents
         if raw and len(raw) != len(request.inputs):
             raise InvalidArgumentError(
@@ -211,11 +228,17 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise InvalidArgumentError(f"model '{model}': input '{name}' is given more than once")
             shape = check_shape(model, name, list(tensor.shape), self._limits)
             if raw:
+                if tensor.HasField("contents"):
+                    raise InvalidArgumentError(f"contents field must not be specified when using raw_input_contents "
+                                               f"for '{name}' for model '{model}'")
                 arrays[name] = array_from_buffer(model, name, tensor.datatype, shape, raw[index])
                 continue
             field = _CONTENTS_FIELD.get(tensor.datatype)
-            if field is None:  # FP16/BF16 (raw only) or an unknown name: the codec says which
-                arrays[name] = array_from_values(model, name, tensor.datatype, shape, [])
+            if field is None:
+                if tensor.datatype in ("FP16", "BF16"):
+                    raise InvalidArgumentError(f"model '{model}': input '{name}' is {tensor.datatype}, which has no "
+                                               f"typed contents: send it in raw_input_contents")
+                arrays[name] = array_from_values(model, name, tensor.datatype, shape, [])  # names the datatype
                 continue
             arrays[name] = array_from_values(model, name, tensor.datatype, shape,
                                              list(getattr(tensor.contents, field)))
@@ -257,11 +280,6 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
             infer_request, classes = self._decode(request)
-            if self._server.input_config(infer_request.model_name,
-                                         infer_request.model_version).model_transaction_policy.decoupled:
-                raise InvalidArgumentError(
-                    f"model '{infer_request.model_name}': ModelInfer RPC doesn't support models with decoupled "
-                    f"transaction policy (use ModelStreamInfer)")
             response = await asyncio.wrap_future(self._server.infer_async(infer_request))
             return self._encode(response, classes)
         except Exception as error:
@@ -286,7 +304,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         def start(request: pb.ModelInferRequest) -> None:
             nonlocal in_flight
             try:
-                infer_request, classes = self._decode(request)
+                infer_request, classes = self._decode(request, streaming=True)
                 config = self._server.input_config(infer_request.model_name, infer_request.model_version)
                 decoupled = config.model_transaction_policy.decoupled
                 want_empty_final = _parameter(request.parameters["triton_enable_empty_final_response"]) \
@@ -372,3 +390,262 @@ def _set_parameter(target: pb.InferParameter, value: Any) -> None:
         target.double_param = value
     else:
         target.string_param = str(value)
+
+
+# ---------------------------------------------------------------------- the relay's server side
+
+
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _RelayContext:
+    """What the servicer's methods use of a ``grpc.aio.ServicerContext``, for calls that arrive
+    through the relay."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise _Abort(code, details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:  # the generated base class's UNIMPLEMENTED
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
+def _error_payload(code_name: str, details: str) -> bytes:
+    return code_name.encode() + b"\0" + details.encode("utf-8", errors="replace")
+
+
+class RelayLink(asyncio.Protocol):
+    """The server's end of the socket pair to the gRPC relay process (:mod:`grpc_relay`).
+
+    Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
+    and queued; its answer is encoded and written by the model thread that finishes it, through a
+    blocking duplicate of the socket under a lock — no hop back to the loop, whose thread would have
+    to win the GIL once more per call. The other calls run the servicer's coroutines as tasks.
+    """
+
+    def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
+        self._servicer = servicer
+        self._server = servicer._server
+        self._writer = link.dup()
+        self._writer.setblocking(True)
+        self._write_lock = threading.Lock()
+        self._buffer = bytearray()
+        self._streams: dict[int, asyncio.Queue] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.closed: asyncio.Future | None = None
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        for queue in self._streams.values():
+            queue.put_nowait(None)
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(None)
+        with self._write_lock:
+            self._writer.close()
+
+    def send(self, kind: int, call_id: int, payload: bytes = b"") -> None:
+        """Write one frame; safe from any thread."""
+        data = relay.frame(kind, call_id, payload)
+        with self._write_lock:
+            try:
+                self._writer.sendall(data)
+            except OSError:  # the relay has gone: its clients see the connection drop
+                log.debug("gRPC relay gone; answer to call %d dropped", call_id)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        header = relay.HEADER
+        while len(buffer) - offset >= header.size:
+            size, call_id, kind = header.unpack_from(buffer, offset)
+            end = offset + header.size + size
+            if len(buffer) < end:
+                break
+            payload = bytes(buffer[offset + header.size:end])
+            offset = end
+            self._frame(kind, call_id, payload)
+        del buffer[:offset]
+
+    # ------------------------------------------------------------------ calls
+    def _frame(self, kind: int, call_id: int, payload: bytes) -> None:
+        if kind == relay.CALL:
+            method, _, request = payload.partition(b"\0")
+            if method == b"ModelInfer":
+                self._model_infer(call_id, request)
+            else:
+                self._spawn(self._unary(call_id, method.decode(), request))
+        elif kind == relay.STREAM_OPEN:
+            queue: asyncio.Queue = asyncio.Queue()
+            self._streams[call_id] = queue
+            self._spawn(self._stream(call_id, queue))
+        elif kind == relay.STREAM_MESSAGE:
+            queue = self._streams.get(call_id)
+            if queue is not None:
+                queue.put_nowait(pb.ModelInferRequest.FromString(payload))
+        elif kind == relay.STREAM_CLOSE:
+            queue = self._streams.get(call_id)
+            if queue is not None:
+                queue.put_nowait(None)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _fail(self, kind: int, call_id: int, error: BaseException) -> None:
+        if isinstance(error, _Abort):
+            self.send(kind, call_id, _error_payload(error.code.name, error.details))
+            return
+        if not isinstance(error, TritonNBError):
+            log.exception("gRPC call failed", exc_info=error)
+        _, code = wire_status(error)
+        self.send(kind, call_id, _error_payload(code, _message(error)))
+
+    def _model_infer(self, call_id: int, data: bytes) -> None:
+        servicer = self._servicer
+        try:
+            request = pb.ModelInferRequest.FromString(data)
+            infer_request, classes = servicer._decode(request)
+            future = self._server.infer_async(infer_request)
+        except Exception as error:
+            self._fail(relay.REPLY_ERROR, call_id, error)
+            return
+
+        def answer(finished: Any) -> None:  # on the model thread that finished the request
+            try:
+                if finished.cancelled():
+                    raise InvalidArgumentError("the request was cancelled")
+                payload = servicer._encode(finished.result(), classes).SerializeToString()
+            except Exception as error:
+                self._fail(relay.REPLY_ERROR, call_id, error)
+                return
+            self.send(relay.REPLY, call_id, payload)
+
+        future.add_done_callback(answer)
+
+    async def _unary(self, call_id: int, method: str, data: bytes) -> None:
+        handler = getattr(type(self._servicer), method, None)
+        base = getattr(service_pb2_grpc.GRPCInferenceServiceServicer, method, None)
+        if handler is None or handler is base:
+            self.send(relay.REPLY_ERROR, call_id, _error_payload("UNIMPLEMENTED", f"{method} is not supported"))
+            return
+        try:
+            request_type = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name[method].input_type
+            request = _message_class(request_type).FromString(data)
+            response = await handler(self._servicer, request, _RelayContext())
+        except Exception as error:
+            self._fail(relay.REPLY_ERROR, call_id, error)
+            return
+        self.send(relay.REPLY, call_id, response.SerializeToString())
+
+    async def _stream(self, call_id: int, queue: asyncio.Queue) -> None:
+        async def requests() -> AsyncIterator[pb.ModelInferRequest]:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                yield item
+
+        try:
+            async for message in self._servicer.ModelStreamInfer(requests(), _RelayContext()):
+                self.send(relay.STREAM_OUT, call_id, message.SerializeToString())
+        except Exception as error:
+            self._fail(relay.STREAM_END, call_id, error)
+        else:
+            self.send(relay.STREAM_END, call_id)
+        finally:
+            self._streams.pop(call_id, None)
+
+
+def _message_class(descriptor: Any) -> Any:
+    return getattr(pb, descriptor.name)
+
+
+_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+class GrpcRelay:
+    """Starts the relay process and ends it; the link runs on the front ends' event loop."""
+
+    def __init__(self, servicer: GrpcServicer, address: str, port: int, max_message_bytes: int,
+                 startup_timeout_s: float = 60.0) -> None:
+        self._servicer = servicer
+        ours, theirs = socket.socketpair()
+        # Run as a file, without its folder on sys.path (its siblings grpc.py and http.py would
+        # shadow the real packages) and without importing the package (fast start, no models).
+        command = [sys.executable, "-c", _BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
+                   "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes)]
+        try:
+            self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self._socket = ours
+        try:
+            self.port = self._await_listening(startup_timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+        self.link: RelayLink | None = None
+
+    def _await_listening(self, timeout_s: float) -> int:
+        self._socket.settimeout(timeout_s)
+        try:
+            header = _recv_exactly(self._socket, relay.HEADER.size)
+            size, _, kind = relay.HEADER.unpack(header)
+            payload = _recv_exactly(self._socket, size)
+        except (OSError, EOFError) as exc:
+            raise UnavailableError(f"the gRPC front end did not start: {exc or 'the relay process exited'}") from None
+        finally:
+            self._socket.settimeout(None)
+        if kind == relay.START_FAILED:
+            raise UnavailableError(f"gRPC service {payload.decode(errors='replace')}")
+        (port,) = struct.unpack("<I", payload)
+        return port
+
+    async def connect(self) -> RelayLink:
+        """Serve the link on the running loop (the front ends')."""
+        self._socket.setblocking(False)
+        _, link = await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: RelayLink(self._servicer, self._socket), sock=self._socket)
+        self.link = link
+        return link
+
+    def begin_stop(self, grace_s: float) -> None:
+        """Ask the relay to refuse new calls and end once the calls in flight are answered."""
+        if self.link is not None:
+            self.link.send(relay.SHUTDOWN, 0, struct.pack("<d", grace_s))
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._socket.close()
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise EOFError("the relay process exited")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)

@@ -272,10 +272,14 @@ class HttpApp:
         headers = dict(scope["headers"])
         header_length = headers.get(b"inference-header-content-length")
         if header_length is not None:
-            if not header_length.isdigit() or int(header_length) > len(body):
+            if not header_length.strip().isdigit():
                 raise InvalidArgumentError(
-                    f"model '{model}': Inference-Header-Content-Length {header_length.decode(errors='replace')!r} "
-                    f"does not fit a body of {len(body)} bytes")
+                    f"model '{model}': Inference-Header-Content-Length must be a whole number of bytes >= 0, got "
+                    f"{header_length.decode(errors='replace')!r}")
+            if int(header_length) > len(body):
+                raise InvalidArgumentError(
+                    f"model '{model}': Inference-Header-Content-Length {int(header_length)} is larger than the "
+                    f"body ({len(body)} bytes)")
             split = int(header_length)
             document = self._parse_json(memoryview(body)[:split], "inference request")
             binary = memoryview(body)[split:]

@@ -1,9 +1,10 @@
 """The network front ends' lifecycle: HTTP, gRPC and metrics endpoints on one background thread.
 
 :class:`NetworkFrontends` owns one thread running one event loop (uvloop when installed) that
-serves the HTTP application and the metrics application with uvicorn and the gRPC servicer with
-``grpc.aio``. Nothing runs on the caller's thread or event loop — a Jupyter kernel's loop is not
-driven between cells (ipykernel 7), so the front ends never rely on it.
+serves the HTTP application and the metrics application with uvicorn, and the link to the gRPC
+relay process, which terminates gRPC on another core (:mod:`triton_nb.server.grpc_relay`).
+Nothing runs on the caller's thread or event loop — a Jupyter kernel's loop is not driven between
+cells (ipykernel 7), so the front ends never rely on it.
 
 Listening sockets are bound in :meth:`NetworkFrontends.start`, on the caller's thread, so a port
 that is taken fails the start with a clear message instead of a log line in a thread; port 0
@@ -23,6 +24,7 @@ import logging
 import math
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +127,7 @@ class NetworkFrontends:
         self._tasks: list[asyncio.Task] = []
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        self._limits = WireLimits(options.max_request_bytes, options.max_tensor_elements)
 
     # ------------------------------------------------------------------ start
     def start(self) -> dict[str, int]:
@@ -141,6 +144,13 @@ class NetworkFrontends:
                 sock.close()
             raise
         self.ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
+        if options.grpc_port is not None:
+            try:
+                self._start_grpc_relay()
+            except BaseException:
+                for sock in sockets.values():
+                    sock.close()
+                raise
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._run, args=(sockets,), name="triton-nb-frontends", daemon=True)
         self._thread.start()
@@ -149,6 +159,18 @@ class NetworkFrontends:
             self._thread.join()
             raise self._start_error
         return dict(self.ports)
+
+    def _start_grpc_relay(self) -> None:
+        """gRPC is terminated in a relay process (see :mod:`triton_nb.server.grpc_relay` for why)."""
+        from triton_nb.server.grpc import GrpcRelay, GrpcServicer
+
+        options = self.options
+        if not _is_loopback(options.grpc_address):
+            log.warning("gRPC service listens on %s, reachable beyond this machine: anyone who can connect can "
+                        "use it", options.grpc_address)
+        servicer = GrpcServicer(self._server, self._limits, self.log_settings)
+        self._grpc = GrpcRelay(servicer, options.grpc_address, options.grpc_port, options.grpc_max_message_bytes)
+        self.ports["grpc"] = self._grpc.port
 
     def _run(self, sockets: dict[str, socket.socket]) -> None:
         loop = self._loop
@@ -170,7 +192,7 @@ class NetworkFrontends:
 
         from triton_nb.server.http import HttpApp, MetricsApp
 
-        limits = WireLimits(self.options.max_request_bytes, self.options.max_tensor_elements)
+        limits = self._limits
         apps = {"http": HttpApp(self._server, limits, self.log_settings), "metrics": MetricsApp(self._server)}
         for name, sock in sockets.items():
             config = uvicorn.Config(
@@ -182,8 +204,10 @@ class NetworkFrontends:
             server = uvicorn.Server(config)
             self._uvicorn.append(server)
             self._tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
-        if self.options.grpc_port is not None:
-            await self._start_grpc(limits)
+        waits = list(self._tasks)
+        if self._grpc is not None:
+            link = await self._grpc.connect()
+            waits.append(link.closed)
         for server in self._uvicorn:
             while not server.started:
                 if any(task.done() for task in self._tasks):
@@ -193,39 +217,7 @@ class NetworkFrontends:
                     raise UnavailableError("the HTTP front end stopped while starting")
                 await asyncio.sleep(0.005)
         self._ready.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._grpc is not None:
-            await self._grpc.wait_for_termination()
-
-    async def _start_grpc(self, limits: WireLimits) -> None:
-        import grpc
-        from tritonclient.grpc import service_pb2_grpc
-
-        from triton_nb.server.grpc import GrpcServicer
-
-        size = self.options.grpc_max_message_bytes
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", size),
-            ("grpc.max_send_message_length", size),
-            ("grpc.so_reuseport", 0),  # a port that is taken must fail, not be shared
-        ])
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-            GrpcServicer(self._server, limits, self.log_settings), server)
-        address = self.options.grpc_address
-        if not _is_loopback(address):
-            log.warning("gRPC service listens on %s, reachable beyond this machine: anyone who can connect can "
-                        "use it", address)
-        host = f"[{address}]" if ":" in address else address
-        try:
-            port = server.add_insecure_port(f"{host}:{self.options.grpc_port}")
-        except RuntimeError as exc:
-            raise UnavailableError(
-                f"gRPC service cannot listen on {address}:{self.options.grpc_port}: {exc}") from None
-        if port == 0:
-            raise UnavailableError(f"gRPC service cannot listen on {address}:{self.options.grpc_port}")
-        await server.start()
-        self._grpc = server
-        self.ports["grpc"] = port
+        await asyncio.gather(*waits, return_exceptions=True)
 
     # ------------------------------------------------------------------ stop
     def begin_stop(self) -> None:
@@ -237,19 +229,29 @@ class NetworkFrontends:
         def signal_exit() -> None:
             for server in self._uvicorn:
                 server.should_exit = True
-            if self._grpc is not None:
-                # grace: RPCs in flight may finish; new ones are refused at once
-                self._tasks.append(asyncio.ensure_future(self._grpc.stop(self.options.exit_timeout_secs)))
+
+        if self._grpc is not None:
+            # new calls are refused at once; the relay ends once the calls in flight are answered
+            self._grpc.begin_stop(self.options.exit_timeout_secs)
 
         with contextlib.suppress(RuntimeError):  # the loop closed in between
             loop.call_soon_threadsafe(signal_exit)
 
     def wait(self, timeout_s: float | None) -> bool:
-        """Wait for the front ends' thread to end; True when it did."""
+        """Wait for the front ends' thread (and the gRPC relay) to end; True when they did."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self._grpc is not None and not self._grpc.wait(None if deadline is None else max(
+                0.0, deadline - time.monotonic())):
+            return False
         if self._thread is None:
             return True
-        self._thread.join(timeout_s)
+        self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
+
+    def kill(self) -> None:
+        """After a stop that timed out: end the relay process at once."""
+        if self._grpc is not None:
+            self._grpc.kill()
 
     def stop(self) -> None:
         self.begin_stop()

@@ -64,9 +64,10 @@ def server_metadata() -> dict[str, Any]:
 class WireLimits:
     """Bounds on what one request may make the server allocate.
 
-    ``max_request_bytes`` bounds an HTTP body (after decompression) and a gRPC message;
-    ``max_elements`` bounds the element count one tensor may declare, so a shape such as
-    ``[1000000000, 1000]`` is refused before anything is allocated.
+    ``max_request_bytes`` bounds an HTTP body (after decompression; gRPC messages have their own
+    bound, ``grpc_max_message_bytes``, enforced by gRPC); ``max_elements`` bounds the element count
+    one tensor may declare, so a shape such as ``[1000000000, 1000]`` is refused before anything is
+    allocated.
     """
 
     max_request_bytes: int = 64 * 1024 * 1024
@@ -79,6 +80,8 @@ class WireLimits:
 
 
 def _dtype(model: str, tensor: str, datatype: Any) -> np.dtype:
+    if datatype is None or datatype == "":
+        raise InvalidArgumentError(f"model '{model}': input '{tensor}' needs a 'datatype'")
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise InvalidArgumentError(
             f"model '{model}': input '{tensor}' has unknown datatype {datatype!r} (expected one of "
@@ -94,11 +97,11 @@ def check_shape(model: str, tensor: str, shape: Any, limits: WireLimits) -> tupl
         for dim in shape:
             if type(dim) is not int or dim < 0:  # bool is not int here, as JSON means it
                 break
-            count *= dim
+            count *= dim or 1  # zero dims are skipped: [0, 2**62] must not reach numpy either
         else:
             if count > limits.max_elements:
-                raise InvalidArgumentError(f"model '{model}': input '{tensor}' with shape {list(shape)} has "
-                                           f"{count} elements, over the limit of {limits.max_elements}")
+                raise InvalidArgumentError(f"model '{model}': input '{tensor}' with shape {list(shape)} is over "
+                                           f"the limit of {limits.max_elements} elements")
             return tuple(shape)
     if isinstance(shape, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise InvalidArgumentError(f"model '{model}': input '{tensor}' has a negative dimension in shape "
