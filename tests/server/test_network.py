@@ -322,3 +322,25 @@ def test_cli_serve_prints_endpoints_and_stops_on_sigterm(repo):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_grpc_relay_process_ends_with_the_server_and_its_loss_spares_http(repo):
+    server = serve(repo, http_port=0, grpc_port=0)
+    relay = server._frontends._grpc.process
+    assert relay.poll() is None
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    assert client.is_server_live()
+    relay.kill()  # the relay dies: gRPC clients see the connection go, HTTP serves on
+    relay.wait()
+    status, _, answer = _request(server.http_port, "POST", "/v2/models/scale/infer", _infer_body([1.0, 2.0]))
+    assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [2.0, 4.0]
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 10
+    assert not any(t.name == "triton-nb-frontends" for t in threading.enumerate())
+
+
+def test_stopping_ends_the_grpc_relay_process(repo):
+    with serve(repo, grpc_port=0) as server:
+        relay = server._frontends._grpc.process
+    assert relay.poll() is not None
