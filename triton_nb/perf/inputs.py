@@ -1,0 +1,178 @@
+"""Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
+shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format; and the
+same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``), so the
+load generator spends no time serializing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.server.protocol import array_to_buffer
+from triton_nb.server.types import numpy_to_triton_dtype, text_to_bytes, triton_to_numpy_dtype
+
+__all__ = ["encode_grpc", "encode_http", "request_inputs"]
+
+InputData = pd.DataFrame | dict | str | os.PathLike | None
+
+
+def _specs(config: dict[str, Any]) -> list[dict[str, Any]]:
+    inputs = config.get("input", [])
+    if not inputs:
+        raise InvalidArgumentError(f"model '{config.get('name', '?')}' declares no inputs")
+    return inputs
+
+
+def _dims(spec: dict[str, Any]) -> list[int]:
+    return [1 if int(d) == -1 else int(d) for d in spec.get("dims", [])]
+
+
+def _batched(config: dict[str, Any]) -> bool:
+    return int(config.get("max_batch_size", 0)) > 0
+
+
+def _synthetic(config: dict[str, Any], rows: int, kind: str, seed: int) -> dict[str, np.ndarray]:
+    generator = np.random.default_rng(seed)
+    arrays = {}
+    for spec in _specs(config):
+        dtype = triton_to_numpy_dtype(spec["data_type"])
+        shape = ([rows] if _batched(config) else []) + _dims(spec)
+        if dtype.kind == "O":
+            if kind == "zero":
+                values = np.full(shape, b"", dtype=object)
+            else:
+                values = np.array([generator.bytes(8).hex().encode() for _ in range(int(np.prod(shape)))],
+                                  dtype=object).reshape(shape)
+        elif kind == "zero":
+            values = np.zeros(shape, dtype)
+        elif dtype.kind == "b":
+            values = generator.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            values = generator.integers(0, 100, size=shape).astype(dtype)
+        else:
+            values = generator.random(shape).astype(dtype)
+        arrays[spec["name"]] = values
+    return arrays
+
+
+def _from_frame(config: dict[str, Any], frame: pd.DataFrame, rows: int, count: int) -> list[dict[str, np.ndarray]]:
+    specs = _specs(config)
+    missing = [s["name"] for s in specs if s["name"] not in frame.columns and not s.get("optional")]
+    if missing:
+        raise InvalidArgumentError(f"model '{config.get('name')}': the input data has no column(s) "
+                                   f"{', '.join(map(repr, missing))}")
+    if len(frame) < rows:
+        raise InvalidArgumentError(f"the input data has {len(frame)} rows; each request needs {rows}")
+    requests = []
+    for index in range(min(count, len(frame) // rows)):
+        chunk = frame.iloc[index * rows:(index + 1) * rows]
+        arrays = {}
+        for spec in specs:
+            if spec["name"] not in chunk.columns:
+                continue
+            dtype = triton_to_numpy_dtype(spec["data_type"])
+            column = chunk[spec["name"]]
+            values = text_to_bytes(column) if dtype.kind == "O" else column.to_numpy(dtype=dtype)
+            shape = ([rows] if _batched(config) else []) + _dims(spec)
+            arrays[spec["name"]] = values.reshape(shape)
+        requests.append(arrays)
+    return requests
+
+
+def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[str, np.ndarray]]:
+    """perf_analyzer's input-data JSON: ``{"data": [{"NAME": [...] | {"content": [...], "shape": [...]}
+    | {"b64": "..."}}, ...]}``; each entry is one row (a batch dimension is added)."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"input data file {path}: {exc}") from None
+    entries = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InvalidArgumentError(f"input data file {path}: needs a non-empty \"data\" list")
+    specs = {s["name"]: s for s in _specs(config)}
+    rows_out = []
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InvalidArgumentError(f"input data file {path}: entry {number} is not an object")
+        row = {}
+        for name, value in entry.items():
+            if name not in specs:
+                raise InvalidArgumentError(f"input data file {path}: entry {number} names unknown input '{name}'")
+            dtype = triton_to_numpy_dtype(specs[name]["data_type"])
+            shape = _dims(specs[name])
+            if isinstance(value, dict) and "b64" in value:
+                raw = base64.b64decode(value["b64"])
+                array = (np.array([raw], dtype=object) if dtype.kind == "O" else np.frombuffer(raw, dtype))
+            else:
+                content = value.get("content") if isinstance(value, dict) else value
+                shape = value.get("shape", shape) if isinstance(value, dict) else shape
+                flat = np.asarray(content, dtype=object if dtype.kind == "O" else dtype).ravel()
+                array = (np.array([v.encode() if isinstance(v, str) else v for v in flat], dtype=object)
+                         if dtype.kind == "O" else flat)
+            row[name] = array.reshape(shape)
+        rows_out.append(row)
+    requests = []
+    for start in range(0, len(rows_out) - rows + 1, rows):
+        group = rows_out[start:start + rows]
+        if _batched(config):
+            requests.append({name: np.stack([r[name] for r in group]) for name in group[0]})
+        else:
+            requests.append(group[0])
+    return requests
+
+
+def request_inputs(config: dict[str, Any], input_data: InputData = "random", rows_per_request: int = 1,
+                   count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Up to ``count`` distinct requests of ``rows_per_request`` rows for the model whose config
+    (Triton's JSON form) is given. ``input_data``: a DataFrame (columns matched to inputs by
+    name), ``"fraud"`` (generated TabFormer transactions), ``"random"``, ``"zero"``, or the path of
+    a JSON file in perf_analyzer's format."""
+    if rows_per_request < 1:
+        raise InvalidArgumentError(f"rows_per_request must be >= 1, got {rows_per_request}")
+    if rows_per_request > 1 and not _batched(config):
+        raise InvalidArgumentError(f"model '{config.get('name')}' does not batch (max_batch_size 0): one row per "
+                                   f"request")
+    if isinstance(input_data, pd.DataFrame):
+        return _from_frame(config, input_data, rows_per_request, count)
+    if isinstance(input_data, str) and input_data == "fraud":
+        from triton_nb.fraud import generate_transactions
+
+        return _from_frame(config, generate_transactions(max(64, rows_per_request * count), seed=seed),
+                           rows_per_request, count)
+    if isinstance(input_data, str) and input_data in ("random", "zero"):
+        return [_synthetic(config, rows_per_request, input_data, seed + i) for i in range(count)]
+    if isinstance(input_data, (str, os.PathLike)):
+        return _from_json_file(config, Path(input_data), rows_per_request)
+    raise InvalidArgumentError(
+        f"input_data must be a DataFrame, 'fraud', 'random', 'zero' or a JSON file path, got {input_data!r}")
+
+
+def encode_http(model: str, inputs: dict[str, np.ndarray]) -> tuple[bytes, int]:
+    """A KServe v2 request with binary tensors: the body and its JSON header's length."""
+    header: dict[str, Any] = {"inputs": [], "parameters": {"binary_data_output": True}}
+    buffers = []
+    for name, array in inputs.items():
+        data = array_to_buffer(array)
+        header["inputs"].append({"name": name, "shape": list(array.shape), "datatype": numpy_to_triton_dtype(
+            array.dtype), "parameters": {"binary_data_size": len(data)}})
+        buffers.append(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    return encoded + b"".join(buffers), len(encoded)
+
+
+def encode_grpc(model: str, inputs: dict[str, np.ndarray]) -> bytes:
+    """A serialized ``ModelInferRequest`` with raw contents."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, array in inputs.items():
+        request.inputs.add(name=name, datatype=numpy_to_triton_dtype(array.dtype), shape=list(array.shape))
+        request.raw_input_contents.append(array_to_buffer(array))
+    return request.SerializeToString()

@@ -1,0 +1,294 @@
+"""Load generation, and what a measurement talks to.
+
+A :class:`Target` is a server to measure: the in-kernel :class:`~triton_nb.server.core.InferenceServer`
+(in-process calls, or its own HTTP/gRPC endpoints) or any KServe v2 server by URL, real Triton
+included. It gives the model's config and statistics and makes loads.
+
+A load keeps requests going — ``concurrency`` in flight (closed loop) or ``request_rate`` per second
+(open loop, constant or Poisson arrivals) — and hands over what completed since it was last asked.
+In-process loads use threads in this process (and say so: they share the server's GIL, which is
+the point of measuring the in-kernel path); network loads run in a process of their own
+(:mod:`triton_nb.perf._loadgen`), so they never compete with an in-kernel server for the GIL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf import _loadgen
+from triton_nb.perf.inputs import encode_grpc, encode_http
+from triton_nb.perf.stats import Completions
+from triton_nb.server.types import InferRequest
+
+if TYPE_CHECKING:
+    from triton_nb.server.core import InferenceServer
+
+__all__ = ["InProcessLoad", "NetworkLoad", "RemoteTarget", "ServerTarget", "Target", "make_target"]
+
+PROTOCOLS = ("inprocess", "http", "grpc")
+
+
+class _Recorder:
+    """Completions from many threads, handed over in one piece."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[tuple[int, int, bool]] = []
+
+    def add(self, started: int, finished: int, ok: bool) -> None:
+        with self._lock:
+            self._records.append((started, finished, ok))
+
+    def take(self) -> Completions:
+        with self._lock:
+            records, self._records = self._records, []
+        if not records:
+            return Completions()
+        array = np.array(records, dtype=np.int64)
+        return Completions(array[:, 0], array[:, 1], array[:, 2].astype(bool))
+
+
+class InProcessLoad:
+    """Requests to a server in this process, from threads (closed loop) or a scheduler thread
+    (open loop)."""
+
+    def __init__(self, server: InferenceServer, model: str, requests: list[dict[str, np.ndarray]], *,
+                 concurrency: int | None = None, request_rate: float | None = None,
+                 distribution: str = "constant", seed: int = 0) -> None:
+        if (concurrency is None) == (request_rate is None):
+            raise InvalidArgumentError("give concurrency or request_rate")
+        self._server = server
+        self._model = model
+        self._requests = requests
+        self._concurrency = concurrency
+        self._rate = request_rate
+        self._distribution = distribution
+        self._seed = seed
+        self._recorder = _Recorder()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._in_flight = threading.Semaphore(10_000)  # an open loop never queues without bound
+
+    def _request(self, index: int) -> InferRequest:
+        return InferRequest(self._model, self._requests[index % len(self._requests)])
+
+    def start(self) -> None:
+        if self._concurrency is not None:
+            targets = [(self._closed_loop, (i,)) for i in range(self._concurrency)]
+        else:
+            targets = [(self._open_loop, ())]
+        for target, args in targets:
+            thread = threading.Thread(target=target, args=args, name="triton-nb-perf-load", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _closed_loop(self, offset: int) -> None:
+        index = offset
+        while not self._stopping.is_set():
+            started = time.monotonic_ns()
+            try:
+                self._server.infer(self._request(index))
+                ok = True
+            except Exception:  # a failed request is a measured outcome, not the load's end
+                ok = False
+            self._recorder.add(started, time.monotonic_ns(), ok)
+            index += 1
+
+    def _open_loop(self) -> None:
+        rng = random.Random(self._seed)
+        due = time.monotonic()
+        index = 0
+        while not self._stopping.is_set():
+            due += rng.expovariate(self._rate) if self._distribution == "poisson" else 1.0 / self._rate
+            delay = due - time.monotonic()
+            if delay > 0 and self._stopping.wait(delay):
+                break
+            if not self._in_flight.acquire(timeout=1.0):
+                continue
+            started = time.monotonic_ns()
+            try:
+                future = self._server.infer_async(self._request(index))
+            except Exception:
+                self._in_flight.release()
+                self._recorder.add(started, time.monotonic_ns(), False)
+            else:
+                future.add_done_callback(lambda f, s=started: self._done(s, f))
+            index += 1
+
+    def _done(self, started: int, future: Any) -> None:
+        self._in_flight.release()
+        self._recorder.add(started, time.monotonic_ns(), not future.cancelled() and future.exception() is None)
+
+    def take(self) -> Completions:
+        return self._recorder.take()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+
+
+_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+class NetworkLoad:
+    """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`)."""
+
+    def __init__(self, protocol: str, url: str, model: str, requests: list[dict[str, np.ndarray]], *,
+                 concurrency: int | None = None, request_rate: float | None = None,
+                 distribution: str = "constant", seed: int = 0) -> None:
+        if (concurrency is None) == (request_rate is None):
+            raise InvalidArgumentError("give concurrency or request_rate")
+        if protocol == "http":
+            payloads = [encode_http(model, r) for r in requests]
+        else:
+            payloads = [(encode_grpc(model, r), 0) for r in requests]
+        handle, self._payload_path = tempfile.mkstemp(prefix="triton-nb-perf-", suffix=".bin")
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(struct.pack("<I", len(payloads)))
+            for body, header in payloads:
+                stream.write(struct.pack("<II", len(body), header) + body)
+        level = ["--concurrency", str(concurrency)] if concurrency else ["--rate", str(request_rate)]
+        self._command = [sys.executable, "-c", _BOOTSTRAP, str(Path(_loadgen.__file__)), "--protocol", protocol,
+                         "--url", url, "--model", model, "--payloads", self._payload_path, *level,
+                         "--distribution", distribution, "--seed", str(seed)]
+        self._recorder = _Recorder()
+        self._process: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read, name="triton-nb-perf-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        stream = self._process.stdout
+        size = _loadgen.RECORD.size
+        while True:
+            head = stream.read(4)
+            if len(head) < 4:
+                return
+            (count,) = struct.unpack("<I", head)
+            data = stream.read(count * size)
+            for started, finished, ok in _loadgen.RECORD.iter_unpack(data):
+                self._recorder.add(started, finished, bool(ok))
+
+    def take(self) -> Completions:
+        if self._process is not None and self._process.poll() not in (None, 0):
+            raise RuntimeError(f"the load generator exited with status {self._process.returncode}")
+        return self._recorder.take()
+
+    def stop(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        with contextlib.suppress(OSError):
+            os.unlink(self._payload_path)
+
+
+class Target:
+    """A server to measure: its models' configs and statistics, and loads on it."""
+
+    protocol: str
+
+    def config(self, model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def statistics(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> InProcessLoad | NetworkLoad:
+        raise NotImplementedError
+
+
+class ServerTarget(Target):
+    """The in-kernel server, in-process or through its own HTTP/gRPC endpoints."""
+
+    def __init__(self, server: InferenceServer, protocol: str = "inprocess") -> None:
+        if protocol not in PROTOCOLS:
+            raise InvalidArgumentError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if protocol != "inprocess" and protocol not in server.endpoints:
+            raise InvalidArgumentError(f"the server has no {protocol} endpoint: start it with {protocol}_port=0 "
+                                       f"(or a port) to measure over {protocol}")
+        self.server = server
+        self.protocol = protocol
+
+    def config(self, model: str) -> dict[str, Any]:
+        return self.server.model_config_json(model)
+
+    def statistics(self) -> dict[str, Any]:
+        return self.server.statistics()
+
+    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> InProcessLoad | NetworkLoad:
+        if self.protocol == "inprocess":
+            return InProcessLoad(self.server, model, requests, **level)
+        return NetworkLoad(self.protocol, self.server.endpoints[self.protocol], model, requests, **level)
+
+
+class RemoteTarget(Target):
+    """Any KServe v2 server by URL (``host:port``), real Triton included, over HTTP or gRPC."""
+
+    def __init__(self, url: str, protocol: str = "http") -> None:
+        if protocol not in ("http", "grpc"):
+            raise InvalidArgumentError(f"a remote server is measured over http or grpc, got {protocol!r}")
+        self.url = url.removeprefix("http://").removeprefix("https://").rstrip("/")
+        self.protocol = protocol
+        if protocol == "http":
+            import tritonclient.http as client
+        else:
+            import tritonclient.grpc as client
+        self.client = client.InferenceServerClient(self.url)
+
+    def config(self, model: str) -> dict[str, Any]:
+        if self.protocol == "http":
+            return self.client.get_model_config(model)
+        return self.client.get_model_config(model, as_json=True)["config"]
+
+    def statistics(self) -> dict[str, Any]:
+        if self.protocol == "http":
+            return self.client.get_inference_statistics()
+        return self.client.get_inference_statistics(as_json=True)
+
+    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> NetworkLoad:
+        return NetworkLoad(self.protocol, self.url, model, requests, **level)
+
+    def load_config(self, model: str, config: dict[str, Any]) -> None:
+        """Reload ``model`` with a config override (the repository load API; explicit mode only)."""
+        import json
+
+        self.client.load_model(model, config=json.dumps(config))
+
+
+def make_target(target: Any, protocol: str | None = None) -> Target:
+    """A :class:`Target` from an in-kernel server, a URL, or a target."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str):
+        return RemoteTarget(target, protocol or "http")
+    from triton_nb.server.core import InferenceServer
+
+    if isinstance(target, InferenceServer):
+        return ServerTarget(target, protocol or "inprocess")
+    raise InvalidArgumentError(f"measure an InferenceServer or a 'host:port' URL, got {type(target).__name__}")

@@ -1,0 +1,207 @@
+"""``measure``: perf_analyzer's measurement, from Python.
+
+For each load level (a concurrency, or a request rate) a load runs; after a warm-up, measurement
+windows follow one another (by time, or by a count of completed requests) until the last three
+agree within ``stability_percentage`` on throughput and latency, or ``max_trials`` windows have
+passed. The level's figures are those of the last three windows together: throughput, average and
+p50/p90/p95/p99 latency as the client saw it, and the server's side of it from the difference of
+two statistics snapshots — queue, compute input, compute infer, compute output — with the rest of
+the client's latency as "network + server send/receive", as perf_analyzer reports it.
+
+The load generator sends requests encoded once, before the measurement, and does not decode the
+answers, so "client send" and "client recv" are zero by construction; what a client library adds
+on top is measured separately (``bench/bench_perf_tool.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf.inputs import InputData, request_inputs
+from triton_nb.perf.load import make_target
+from triton_nb.perf.stats import PERCENTILES, Completions, Window, is_stable, parse_range, server_breakdown, summarize
+
+__all__ = ["PERF_ANALYZER_COLUMNS", "measure", "write_perf_analyzer_csv"]
+
+_POLL_S = 0.05
+
+# Our column -> perf_analyzer's CSV header (all in microseconds).
+PERF_ANALYZER_COLUMNS = {
+    "throughput_infer_per_sec": "Inferences/Second",
+    "client_send_us": "Client Send",
+    "network_server_send_recv_us": "Network+Server Send/Recv",
+    "server_queue_us": "Server Queue",
+    "server_compute_input_us": "Server Compute Input",
+    "server_compute_infer_us": "Server Compute Infer",
+    "server_compute_output_us": "Server Compute Output",
+    "client_recv_us": "Client Recv",
+    "latency_p50_us": "p50 latency",
+    "latency_p90_us": "p90 latency",
+    "latency_p95_us": "p95 latency",
+    "latency_p99_us": "p99 latency",
+    "latency_avg_us": "Avg latency",
+}
+
+
+def _composing(config: dict[str, Any]) -> list[str]:
+    steps = config.get("ensemble_scheduling", {}).get("step", [])
+    return [step["model_name"] for step in steps]
+
+
+def _levels(concurrency_range: Any, request_rate_range: Any) -> tuple[str, list[float]]:
+    if (concurrency_range is None) == (request_rate_range is None):
+        raise InvalidArgumentError("give concurrency_range or request_rate_range (one of them)")
+    if concurrency_range is not None:
+        values = parse_range(concurrency_range, "concurrency_range")
+        if any(v != int(v) for v in values):
+            raise InvalidArgumentError(f"concurrency values must be whole numbers, got {values}")
+        return "concurrency", values
+    return "request_rate", parse_range(request_rate_range, "request_rate_range")
+
+
+def measure(
+    target: Any,
+    model: str,
+    *,
+    concurrency_range: str | Sequence[int] | int | None = None,
+    request_rate_range: str | Sequence[float] | float | None = None,
+    protocol: str | None = None,
+    input_data: InputData = "random",
+    rows_per_request: int = 1,
+    request_distribution: str = "constant",
+    measurement_interval_ms: int = 5000,
+    measurement_request_count: int | None = None,
+    stability_percentage: float = 10.0,
+    max_trials: int = 10,
+    percentile: int | None = None,
+    warmup_ms: int | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Measure ``model`` at each load level; one row per level (see the module's docstring).
+
+    ``target``: an in-kernel ``InferenceServer`` (``protocol`` "inprocess", "http" or "grpc" —
+    its own endpoints) or a ``host:port`` URL of any KServe v2 server ("http" or "grpc").
+    ``concurrency_range``/``request_rate_range``: perf_analyzer's ``start:end:step``, a list, or
+    one number. ``percentile``: judge stability on that latency percentile instead of the average
+    (perf_analyzer's ``--percentile``). ``measurement_request_count``: windows end after that many
+    completions instead of after ``measurement_interval_ms``.
+    """
+    mode, levels = _levels(concurrency_range, request_rate_range)
+    if percentile is not None and percentile not in PERCENTILES:
+        raise InvalidArgumentError(f"percentile must be one of {PERCENTILES}, got {percentile}")
+    if request_distribution not in ("constant", "poisson"):
+        raise InvalidArgumentError(f"request_distribution must be constant or poisson, got {request_distribution!r}")
+    if measurement_interval_ms <= 0 or max_trials < 1 or stability_percentage <= 0:
+        raise InvalidArgumentError("measurement_interval_ms, max_trials and stability_percentage must be > 0")
+    resolved = make_target(target, protocol)
+    config = resolved.config(model)
+    requests = request_inputs(config, input_data, rows_per_request)
+    composing = _composing(config)
+    warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
+    rows = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(levels), desc=f"measuring {model}", unit="level")
+    try:
+        for level in levels:
+            load_kwargs = ({"concurrency": int(level)} if mode == "concurrency"
+                           else {"request_rate": level, "distribution": request_distribution})
+            rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, rows_per_request, warmup_s,
+                                       measurement_interval_ms / 1e3, measurement_request_count, stability_percentage,
+                                       max_trials, percentile))
+            rows[-1].update({"model": model, "protocol": resolved.protocol,
+                             "concurrency": int(level) if mode == "concurrency" else math.nan,
+                             "request_rate": level if mode == "request_rate" else math.nan})
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    columns = ["model", "protocol", "concurrency", "request_rate", *PERF_ANALYZER_COLUMNS]
+    frame = pd.DataFrame(rows)
+    return frame[columns + [c for c in frame.columns if c not in columns]]
+
+
+def _measure_level(target: Any, model: str, requests: list, load_kwargs: dict[str, Any], composing: list[str],
+                   rows_per_request: int, warmup_s: float, interval_s: float, request_count: int | None,
+                   stability_percentage: float, max_trials: int, percentile: int | None) -> dict[str, Any]:
+    load = target.load(model, requests, **load_kwargs)
+    completions = Completions()
+    windows: list[Window] = []
+    snapshots: list[dict[str, Any]] = []
+    load.start()
+    try:
+        time.sleep(warmup_s)
+        load.take()  # the warm-up's completions are not measured
+        begin = time.monotonic_ns()
+        snapshots.append(target.statistics())
+        for _ in range(max_trials):
+            deadline = time.monotonic() + (interval_s * 10 if request_count else interval_s)
+            while time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+                fresh = load.take()
+                completions.extend(fresh.start_ns, fresh.end_ns, fresh.ok)
+                if request_count and len(completions.between(begin, time.monotonic_ns())) >= request_count:
+                    break
+            end = time.monotonic_ns()
+            snapshots.append(target.statistics())
+            windows.append(summarize(completions, begin, end, rows_per_request))
+            begin = end
+            if is_stable(windows, stability_percentage, percentile):
+                break
+    finally:
+        load.stop()
+    last = windows[-3:]
+    span = summarize(completions, last[0].begin_ns, last[-1].end_ns, rows_per_request)
+    breakdown = server_breakdown(snapshots[-len(last) - 1], snapshots[-1], model, composing)
+    latency = span.latency_avg_us
+    remainder = max(0.0, latency - breakdown.server_us) if math.isfinite(latency) else math.nan
+    return {
+        "throughput_infer_per_sec": span.throughput_infer_per_sec,
+        "client_send_us": 0.0,
+        "network_server_send_recv_us": remainder,
+        "server_queue_us": breakdown.queue_us,
+        "server_compute_input_us": breakdown.compute_input_us,
+        "server_compute_infer_us": breakdown.compute_infer_us,
+        "server_compute_output_us": breakdown.compute_output_us,
+        "client_recv_us": 0.0,
+        **{f"latency_p{p}_us": span.latency_percentiles_us[p] for p in PERCENTILES},
+        "latency_avg_us": latency,
+        "completed_requests": span.completed,
+        "errors": span.errors,
+        "window_s": (last[-1].end_ns - last[0].begin_ns) / 1e9,
+        "trials": len(windows),
+        "stable": is_stable(windows, stability_percentage, percentile),
+        "rows_per_request": rows_per_request,
+        "server_requests": breakdown.requests,
+        "server_request_us": breakdown.request_us,
+        "batch_sizes": breakdown.batch_sizes,
+    }
+
+
+def write_perf_analyzer_csv(results: pd.DataFrame, path: str | Path) -> Path:
+    """``results`` as perf_analyzer's ``-f`` CSV: the load column (``Concurrency`` or ``Request
+    Rate``), then its columns, in microseconds."""
+    if results.empty:
+        raise InvalidArgumentError("no results to write")
+    missing = [c for c in ("concurrency", "request_rate", *PERF_ANALYZER_COLUMNS) if c not in results.columns]
+    if missing:
+        raise InvalidArgumentError(f"results lack column(s) {', '.join(missing)}")
+    by_rate = results["concurrency"].isna().all()
+    out = pd.DataFrame()
+    out["Request Rate" if by_rate else "Concurrency"] = results["request_rate" if by_rate else "concurrency"]
+    for column, header in PERF_ANALYZER_COLUMNS.items():
+        values = results[column].astype(float)
+        out[header] = values.round(1) if column == "throughput_infer_per_sec" else values.round().astype("Int64")
+    path = Path(path)
+    out.to_csv(path, index=False)
+    return path

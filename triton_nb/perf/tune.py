@@ -1,0 +1,344 @@
+"""``tune``: Model Analyzer's config search, in the notebook.
+
+Each candidate config (a combination of knob values) is applied to the serving model — live on the
+in-kernel server (batching knobs and instance counts change from the next batch, no reload; other
+config fields by an in-kernel reload), or through the repository load API with a config override on
+a remote server in explicit mode — and measured over the concurrency range. A config's sweep stops
+early when throughput stops rising (under 5% over 4 steps, Model Analyzer's rule) or when the latency
+budget is already exceeded. Configs are ranked by the objective over their points that meet the
+constraints. The original config is restored at the end, also on error or interrupt, and what was
+measured is kept.
+
+Knobs: ``max_batch_size``, ``max_queue_delay_microseconds``, ``preferred_batch_size`` (a tuple per
+value), ``instance_count``, and any ``parameters.<key>`` (FIL engine parameters, for instance).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf.load import Target, make_target
+from triton_nb.perf.measure import measure
+from triton_nb.perf.stats import parse_range
+
+__all__ = ["BATCHING_KNOBS", "TuneResult", "config_with_knobs", "tune"]
+
+BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
+_SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
+          "instance_count": "instances"}
+EARLY_STOP_STEPS = 4
+EARLY_STOP_GAIN = 0.05
+
+
+def _check_knob(name: str) -> None:
+    if name not in BATCHING_KNOBS and not name.startswith("parameters."):
+        raise InvalidArgumentError(f"unknown knob '{name}': use {', '.join(BATCHING_KNOBS)} or parameters.<key>")
+
+
+def config_with_knobs(config: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a config (Triton's JSON form) with knob values set."""
+    out = copy.deepcopy(config)
+    for name, value in knobs.items():
+        _check_knob(name)
+        if name == "max_batch_size":
+            out["max_batch_size"] = int(value)
+        elif name == "max_queue_delay_microseconds":
+            out.setdefault("dynamic_batching", {})["max_queue_delay_microseconds"] = int(value)
+        elif name == "preferred_batch_size":
+            out.setdefault("dynamic_batching", {})["preferred_batch_size"] = [int(v) for v in value]
+        elif name == "instance_count":
+            groups = out.setdefault("instance_group", [{"kind": "KIND_CPU"}])
+            groups[0]["count"] = int(value)
+            del groups[1:]
+        else:
+            out.setdefault("parameters", {})[name.removeprefix("parameters.")] = {"string_value": str(value)}
+    return out
+
+
+def knobs_of(config: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The values a config gives the named knobs."""
+    batching = config.get("dynamic_batching", {})
+    groups = config.get("instance_group", [])
+    values: dict[str, Any] = {}
+    for name in names:
+        if name == "max_batch_size":
+            values[name] = int(config.get("max_batch_size", 0))
+        elif name == "max_queue_delay_microseconds":
+            values[name] = int(batching.get("max_queue_delay_microseconds", 0))
+        elif name == "preferred_batch_size":
+            values[name] = tuple(int(v) for v in batching.get("preferred_batch_size", []))
+        elif name == "instance_count":
+            values[name] = int(groups[0].get("count", 1)) if groups else 1
+        else:
+            values[name] = config.get("parameters", {}).get(name.removeprefix("parameters."), {}).get("string_value")
+    return values
+
+
+def _label(knobs: dict[str, Any]) -> str:
+    parts = []
+    for name, value in knobs.items():
+        short = _SHORT.get(name, name.removeprefix("parameters."))
+        shown = "[" + ",".join(map(str, value)) + "]" if isinstance(value, (tuple, list)) else value
+        parts.append(f"{short}={shown}")
+    return " ".join(parts)
+
+
+@dataclass
+class TuneResult:
+    """What a sweep measured and what it recommends."""
+
+    measurements: pd.DataFrame
+    ranking: pd.DataFrame
+    recommended: dict[str, Any] | None
+    recommended_config: dict[str, Any] | None
+    original_config: dict[str, Any]
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def write_config(self, path: str | Path) -> Path:
+        """Write the recommended config as ``config.pbtxt`` (a folder means ``<folder>/config.pbtxt``)."""
+        from triton_nb.repository.config import CONFIG_FILENAME, config_from_json, save_config
+
+        if self.recommended_config is None:
+            raise InvalidArgumentError("no config met the constraints: nothing to write")
+        target = Path(path)
+        if target.is_dir():
+            target = target / CONFIG_FILENAME
+        return save_config(config_from_json(self.recommended_config, source="recommended config"), target)
+
+
+class _Applier:
+    """Applies knob values to the tuned model and puts the original back."""
+
+    def __init__(self, target: Target, model: str) -> None:
+        self.target = target
+        self.model = model
+        self.original = target.config(model)
+        self._reloaded = False
+
+    def apply(self, knobs: dict[str, Any]) -> None:
+        from triton_nb.perf.load import ServerTarget
+
+        if isinstance(self.target, ServerTarget):
+            server = self.target.server
+            others = {k: v for k, v in knobs.items() if k not in BATCHING_KNOBS}
+            if others:
+                current = knobs_of(self.target.config(self.model), list(others))
+                if current != others:
+                    server.load_model(self.model, config=config_with_knobs(self.original, knobs))
+                    self._reloaded = True
+            batching = {k: (list(v) if k == "preferred_batch_size" else v)
+                        for k, v in knobs.items() if k in BATCHING_KNOBS}
+            if batching:
+                server.update_batching(self.model, **batching)
+        elif hasattr(self.target, "load_config"):
+            self.target.load_config(self.model, config_with_knobs(self.original, knobs))
+            self._reloaded = True
+        else:
+            self.target.apply(self.model, knobs)
+
+    def restore(self) -> None:
+        from triton_nb.perf.load import ServerTarget
+
+        if isinstance(self.target, ServerTarget):
+            if self._reloaded:
+                self.target.server.load_model(self.model, config=self.original)
+            values = knobs_of(self.original, BATCHING_KNOBS)
+            if self.original.get("max_batch_size", 0) > 0 and "dynamic_batching" in self.original:
+                self.target.server.update_batching(
+                    self.model, max_batch_size=values["max_batch_size"],
+                    max_queue_delay_microseconds=values["max_queue_delay_microseconds"],
+                    preferred_batch_size=list(values["preferred_batch_size"]), instance_count=values["instance_count"])
+            else:
+                self.target.server.update_batching(self.model, instance_count=values["instance_count"])
+        elif hasattr(self.target, "load_config"):
+            self.target.load_config(self.model, self.original)
+        else:
+            self.target.restore(self.model, self.original)
+
+
+def _score(points: pd.DataFrame, objective: Any, latency_column: str) -> pd.Series:
+    if objective == "throughput":
+        return points["throughput_infer_per_sec"]
+    if objective == "latency":
+        return -points[latency_column]
+    if isinstance(objective, dict) and set(objective) <= {"throughput", "latency"}:
+        top = points["throughput_infer_per_sec"].max() or 1.0
+        low = points[latency_column].min() or 1.0
+        return (objective.get("throughput", 0.0) * points["throughput_infer_per_sec"] / top
+                - objective.get("latency", 0.0) * points[latency_column] / low)
+    raise InvalidArgumentError(
+        f"objective must be 'throughput', 'latency' or a dict of their weights, got {objective!r}")
+
+
+def tune(
+    target: Any,
+    model: str,
+    knobs: dict[str, Sequence[Any]],
+    *,
+    concurrency_range: str | Sequence[int] = "1:32:1",
+    tuned_model: str | None = None,
+    search: str = "brute",
+    latency_budget_ms: float | None = None,
+    min_throughput: float | None = None,
+    objective: str | dict[str, float] = "throughput",
+    latency_percentile: int = 99,
+    protocol: str | None = None,
+    input_data: Any = "random",
+    rows_per_request: int = 1,
+    measurement_interval_ms: int = 2000,
+    max_trials: int = 5,
+    early_stop: bool = True,
+    progress: bool = True,
+    write_config: str | Path | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+) -> TuneResult:
+    """Search ``knobs`` (name -> candidate values) for the config of ``tuned_model`` (default
+    ``model``; for an ensemble, name a composing model) that serves ``model`` best; see the module.
+
+    ``search``: "brute" (every combination) or "quick" (hill climbing from the first values: move
+    to the best neighbouring config while it improves). Constraints: ``latency_budget_ms`` on the
+    ``latency_percentile`` latency, and ``min_throughput`` (infer/s). ``on_point`` is called with
+    each measured point (the tuning panel's live plot).
+    """
+    if not knobs:
+        raise InvalidArgumentError("give at least one knob to vary")
+    for name, values in knobs.items():
+        _check_knob(name)
+        if not list(values):
+            raise InvalidArgumentError(f"knob '{name}' has no values")
+    if search not in ("brute", "quick"):
+        raise InvalidArgumentError(f"search must be 'brute' or 'quick', got {search!r}")
+    names = list(knobs)
+    grids = [[tuple(v) if isinstance(v, list) else v for v in knobs[name]] for name in names]
+    levels = [int(c) for c in parse_range(concurrency_range, "concurrency_range")]
+    latency_column = f"latency_p{latency_percentile}_us"
+    resolved = make_target(target, protocol)
+    applier = _Applier(resolved, tuned_model or model)
+    budget_us = None if latency_budget_ms is None else latency_budget_ms * 1e3
+    points: list[dict[str, Any]] = []
+    measured: dict[tuple, float] = {}
+    interrupted = False
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        total = math.prod(len(g) for g in grids) if search == "brute" else None
+        bar = tqdm(total=total, desc=f"tuning {tuned_model or model}", unit="config")
+
+    def evaluate(index: tuple[int, ...]) -> float:
+        if index in measured:
+            return measured[index]
+        values = {name: grids[i][k] for i, (name, k) in enumerate(zip(names, index, strict=True))}
+        applier.apply(values)
+        config_points = []
+        for level in levels:
+            frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
+                            rows_per_request=rows_per_request, measurement_interval_ms=measurement_interval_ms,
+                            max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
+            row = {**frame.iloc[0].to_dict(), **values, "config": _label(values)}
+            points.append(row)
+            config_points.append(row)
+            if on_point is not None:
+                on_point(row)
+            if budget_us is not None and row[latency_column] > budget_us:
+                break  # more load only adds latency
+            throughputs = [p["throughput_infer_per_sec"] for p in config_points]
+            if early_stop and len(throughputs) > EARLY_STOP_STEPS and max(throughputs[-EARLY_STOP_STEPS:]) < (
+                    1 + EARLY_STOP_GAIN) * throughputs[-EARLY_STOP_STEPS - 1]:
+                break
+        frame = pd.DataFrame(config_points)
+        feasible = _feasible(frame, budget_us, min_throughput, latency_column)
+        score = float(_score(frame, objective, latency_column)[feasible].max()) if feasible.any() else -math.inf
+        measured[index] = score
+        if bar is not None:
+            bar.update(1)
+        return score
+
+    try:
+        if search == "brute":
+            for index in itertools.product(*(range(len(g)) for g in grids)):
+                evaluate(index)
+        else:
+            current = tuple(0 for _ in grids)
+            best = evaluate(current)
+            while True:
+                neighbours = []
+                for i in range(len(grids)):
+                    for step in (-1, 1):
+                        k = current[i] + step
+                        if 0 <= k < len(grids[i]):
+                            neighbours.append((*current[:i], k, *current[i + 1:]))
+                scored = [(evaluate(n), n) for n in neighbours]
+                top, where = max(scored, key=lambda item: item[0])
+                if top <= best:
+                    break
+                best, current = top, where
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+        applier.restore()
+    return _result(points, names, objective, budget_us, min_throughput, latency_column, applier.original,
+                   interrupted, write_config)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python values (they go into JSON configs and user-facing dicts)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _feasible(frame: pd.DataFrame, budget_us: float | None, min_throughput: float | None,
+              latency_column: str) -> pd.Series:
+    ok = frame["errors"].fillna(0) == 0
+    if budget_us is not None:
+        ok &= frame[latency_column] <= budget_us
+    if min_throughput is not None:
+        ok &= frame["throughput_infer_per_sec"] >= min_throughput
+    return ok
+
+
+def _result(points: list[dict[str, Any]], names: list[str], objective: Any, budget_us: float | None,
+            min_throughput: float | None, latency_column: str, original: dict[str, Any], interrupted: bool,
+            write_config: str | Path | None) -> TuneResult:
+    measurements = pd.DataFrame(points)
+    if measurements.empty:
+        return TuneResult(measurements, pd.DataFrame(), None, None, original, interrupted,
+                          ["nothing was measured"])
+    measurements["feasible"] = _feasible(measurements, budget_us, min_throughput, latency_column)
+    measurements["score"] = _score(measurements, objective, latency_column)
+    rows = []
+    for label, group in measurements.groupby("config", sort=False):
+        feasible = group[group["feasible"]]
+        best = feasible.loc[feasible["score"].idxmax()] if not feasible.empty else None
+        row = {"config": label, **{n: group.iloc[0][n] for n in names}, "feasible": best is not None,
+               "score": best["score"] if best is not None else -math.inf}
+        source = best if best is not None else group.loc[group["throughput_infer_per_sec"].idxmax()]
+        row.update({"concurrency": int(source["concurrency"]),
+                    "throughput_infer_per_sec": source["throughput_infer_per_sec"],
+                    latency_column: source[latency_column], "latency_p50_us": source["latency_p50_us"]})
+        rows.append(row)
+    ranking = pd.DataFrame(rows).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    ranking.insert(0, "rank", range(1, len(ranking) + 1))
+    recommended = None
+    recommended_config = None
+    notes = []
+    if ranking.iloc[0]["feasible"]:
+        recommended = {n: _plain(ranking.iloc[0][n]) for n in names}
+        recommended_config = config_with_knobs(original, recommended)
+    else:
+        notes.append("no config met the constraints")
+    result = TuneResult(measurements, ranking, recommended, recommended_config, original, interrupted, notes)
+    if write_config is not None and recommended_config is not None:
+        result.write_config(write_config)
+    return result
