@@ -7,7 +7,9 @@ Sub-commands:
 * ``train``    — train the fraud model on synthetic data or a real TabFormer CSV;
 * ``export``   — write the example as a Triton model repository;
 * ``validate`` — check a model repository the way Triton does when loading it;
-* ``serve``    — serve a model repository over HTTP, gRPC and metrics, as ``tritonserver`` does.
+* ``serve``    — serve a model repository over HTTP, gRPC and metrics, as ``tritonserver`` does;
+* ``perf``     — measure a served model's latency and throughput, as ``perf_analyzer`` does;
+* ``tune``     — search batching knobs under a latency budget, as Model Analyzer does.
 
 User mistakes end with a one-line message on stderr and exit status 2; no traceback.
 """
@@ -15,10 +17,13 @@ User mistakes end with a one-line message on stderr and exit status 2; no traceb
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from triton_nb.errors import TritonNBError
 
@@ -107,6 +112,8 @@ def _build_parser() -> argparse.ArgumentParser:
     validate.add_argument("repository", type=Path)
 
     _add_serve_parser(commands)
+    _add_perf_parser(commands)
+    _add_tune_parser(commands)
     return parser
 
 
@@ -152,6 +159,186 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
                        help="on SIGINT/SIGTERM, how long requests in flight have to finish")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=64 * 1024 * 1024,
                        help="largest request body (HTTP, after decompression) and gRPC message")
+
+
+# perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
+_PERCENTILES = (50, 90, 95, 99)
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Argument mistakes as one line on stderr (no usage block, which is long for these commands)."""
+
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def _load_range(whole: bool):
+    """perf_analyzer's ``start[:end[:step]]``: the values from start up to end inclusive."""
+
+    def parse(text: str) -> list[float]:
+        try:
+            numbers = [float(part) for part in text.split(":")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected start[:end[:step]], got {text!r}") from None
+        if len(numbers) > 3 or not all(math.isfinite(n) for n in numbers):
+            raise argparse.ArgumentTypeError(f"expected start[:end[:step]], got {text!r}")
+        start, end, step = (numbers + [numbers[0], 1.0][len(numbers) - 1:])[:3]
+        if start <= 0 or end < start or step <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: needs 0 < start <= end and a step > 0")
+        values = [start + i * step for i in range(int((end - start) / step + 1e-9) + 1)]
+        if whole and any(v != int(v) for v in values):
+            raise argparse.ArgumentTypeError(f"{text!r}: concurrency values must be whole numbers")
+        return [int(v) for v in values] if whole else values
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _int_list(minimum: int):
+    """A knob's comma-separated candidate values: ``0,100,500``."""
+
+    def parse(text: str) -> list[int]:
+        values = []
+        for part in text.split(","):
+            try:
+                value = int(part.strip().replace("_", ""))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+            if value < minimum:
+                raise argparse.ArgumentTypeError(f"expected values >= {minimum}, got {value}")
+            values.append(value)
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"repeated value in {text!r}")
+        return values
+
+    return parse
+
+
+def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_trials: int) -> None:
+    parser.add_argument("-m", "--model-name", required=True, dest="model", metavar="MODEL", help=model_help)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("-u", "--url", metavar="HOST:PORT",
+                       help="a running KServe v2 server (real Triton, or 'triton-nb serve')")
+    where.add_argument("--model-repository", type=Path, metavar="DIR",
+                       help="start an in-kernel server on this repository (explicit mode, all models loaded) "
+                            "for the run, and stop it at the end")
+    parser.add_argument("-i", "--protocol", choices=("inprocess", "http", "grpc"), default=None,
+                        help="with -u: http (default) or grpc; with --model-repository: inprocess (default, "
+                             "direct calls), or http/grpc through the server's own endpoints on free ports")
+    parser.add_argument("--input-data", default="random", metavar="random|zero|fraud|FILE.json",
+                        help="request data: random or zero tensors shaped by the config, generated fraud "
+                             "transactions, or a JSON file in perf_analyzer's format (default random)")
+    parser.add_argument("-b", "--batch-size", type=_positive_int, default=1, dest="rows_per_request",
+                        help="rows per request (default 1)")
+    parser.add_argument("--max-trials", "-r", type=_positive_int, default=max_trials,
+                        help=f"measurement windows per level at most, when the figures do not settle "
+                             f"(default {max_trials})")
+
+
+def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
+    """``triton-nb perf``, with perf_analyzer's flag names."""
+    perf = _one_line_errors(commands.add_parser(
+        "perf", help="measure latency and throughput at each load level, as perf_analyzer does",
+        description="Measure a served model at each concurrency or request rate, as perf_analyzer does: "
+                    "throughput, p50/p90/p95/p99 and average latency, and the server's queue and compute time."))
+    _add_target_options(perf, "the model to measure", max_trials=10)
+    load = perf.add_mutually_exclusive_group(required=True)
+    load.add_argument("--concurrency-range", type=_load_range(whole=True), metavar="START[:END[:STEP]]",
+                      help="requests in flight, e.g. 1:32:2")
+    load.add_argument("--request-rate-range", type=_load_range(whole=False), metavar="START[:END[:STEP]]",
+                      help="requests per second, e.g. 100:2000:100")
+    perf.add_argument("--request-distribution", choices=("constant", "poisson"), default=None,
+                      help="arrivals with --request-rate-range (default constant)")
+    perf.add_argument("--measurement-interval", "-p", type=_positive_int, default=5000, metavar="MS",
+                      help="length of a measurement window in ms (default 5000)")
+    perf.add_argument("--measurement-request-count", type=_positive_int, default=None, metavar="N",
+                      help="end windows after N completed requests instead of after the interval")
+    perf.add_argument("--stability-percentage", "-s", type=_positive_float, default=10.0,
+                      help="how close the last three windows must agree, in %% (default 10)")
+    perf.add_argument("--percentile", type=int, choices=_PERCENTILES, default=None,
+                      help="judge stability on this latency percentile instead of the average")
+    perf.add_argument("-f", "--latency-report-file", type=Path, default=None, metavar="FILE.csv",
+                      help="write perf_analyzer's CSV report")
+    perf.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                      help="write throughput_vs_latency.png and latency_breakdown.png into DIR")
+    perf.set_defaults(check=lambda args: _check_perf(perf, args))
+
+
+def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
+    """``triton-nb tune``, with Model Analyzer's and perf_analyzer's flag names."""
+    tune = _one_line_errors(commands.add_parser(
+        "tune", help="search batching knobs under a latency budget, as Model Analyzer does",
+        description="Try each candidate config (knob values applied live to the in-kernel server, or through "
+                    "the repository load API of a remote server in explicit mode), measure it over the "
+                    "concurrency range, and rank the configs under the latency budget. Knob flags take "
+                    "comma-separated candidate values; give at least one. The original config is restored at the "
+                    "end. Exit status 1 when no config meets the constraints.",
+        epilog="--write-config writes DIR/<tuned model>/config.pbtxt and needs --model-repository; with -u the "
+               "recommended config.pbtxt is printed instead, for you to copy into the server's repository."))
+    _add_target_options(tune, "the model to send requests to (an ensemble, say)", max_trials=5)
+    tune.add_argument("--tuned-model", default=None, metavar="NAME",
+                      help="the model whose config is tuned (default: -m; for an ensemble, a composing model)")
+    tune.add_argument("--latency-budget-ms", "--latency-budget", type=_positive_float, required=True, metavar="MS",
+                      help="the most a config's latency (at --percentile) may be")
+    tune.add_argument("--min-throughput", type=_positive_float, default=None, metavar="INFER/S")
+    tune.add_argument("--search", "--run-config-search-mode", choices=("brute", "quick"), default="brute",
+                      help="brute: every combination (default); quick: hill climbing from the first values")
+    tune.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
+    tune.add_argument("--percentile", type=int, choices=_PERCENTILES, default=99,
+                      help="the latency percentile the budget applies to (default 99)")
+    knobs = tune.add_argument_group("knobs (comma-separated candidate values)")
+    knobs.add_argument("--max-queue-delay-microseconds", type=_int_list(0), default=None, metavar="V,...")
+    knobs.add_argument("--instance-count", type=_int_list(1), default=None, metavar="V,...")
+    knobs.add_argument("--max-batch-size", type=_int_list(1), default=None, metavar="V,...")
+    knobs.add_argument("--preferred-batch-size", type=_int_list(1), default=None, metavar="V,...",
+                       help="each value is one preferred batch size to try")
+    tune.add_argument("--concurrency-range", type=_load_range(whole=True), default=list(range(1, 17)),
+                      metavar="START[:END[:STEP]]", help="the load levels of each config's sweep (default 1:16:1)")
+    tune.add_argument("--measurement-interval", "-p", type=_positive_int, default=2000, metavar="MS",
+                      help="length of a measurement window in ms (default 2000)")
+    tune.add_argument("--write-config", action="store_true",
+                      help="write the recommended config to DIR/<tuned model>/config.pbtxt (--model-repository only)")
+    tune.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                      help="write throughput_vs_latency.png, and knob_heatmap.png when two knobs vary, into DIR")
+    tune.set_defaults(check=lambda args: _check_tune(tune, args))
+
+
+_KNOB_FLAGS = {"max_queue_delay_microseconds": "--max-queue-delay-microseconds", "instance_count": "--instance-count",
+               "max_batch_size": "--max-batch-size", "preferred_batch_size": "--preferred-batch-size"}
+
+
+def _check_target(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.url is not None and args.protocol == "inprocess":
+        parser.error("-i inprocess needs --model-repository; a server by -u URL is reached over http or grpc")
+    if args.protocol is None:
+        args.protocol = "http" if args.url is not None else "inprocess"
+
+
+def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    _check_target(parser, args)
+    if args.request_distribution is not None and args.request_rate_range is None:
+        parser.error("--request-distribution applies to --request-rate-range only")
+
+
+def _check_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    _check_target(parser, args)
+    if all(getattr(args, name) is None for name in _KNOB_FLAGS):
+        parser.error(f"give at least one knob to vary: {', '.join(_KNOB_FLAGS.values())}")
+    if args.write_config and args.model_repository is None:
+        parser.error("--write-config needs --model-repository (with -u the recommended config.pbtxt is printed; "
+                     "copy it into the server's repository)")
 
 
 def _load_frame(args: argparse.Namespace):
@@ -312,6 +499,188 @@ def _print_model_table(index: list[dict[str, str]]) -> None:
     print(line, flush=True)
 
 
+@contextlib.contextmanager
+def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
+    """What ``perf`` and ``tune`` measure: the URL, or an in-kernel server started (and stopped) here;
+    a remote server's refusals become one-line errors."""
+    from tritonclient.utils import InferenceServerException
+
+    server = None
+    try:
+        if args.url is not None:
+            from triton_nb.perf.load import make_target
+
+            yield make_target(args.url, args.protocol)
+        else:
+            from triton_nb import serve
+
+            server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
+                           http_port=0 if args.protocol == "http" else None,
+                           grpc_port=0 if args.protocol == "grpc" else None)
+            yield server
+    except (InferenceServerException, ConnectionError) as exc:
+        raise TritonNBError(f"{args.url or args.model_repository}: {exc}") from None
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _cell(value: Any, digits: int = 0) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return f"{number:.{digits}f}" if math.isfinite(number) else "-"
+
+
+# (header, column, digits) of perf's summary table; the server's compute is input + infer + output.
+_PERF_TABLE = (("Infer/s", "throughput_infer_per_sec", 1), ("p50 usec", "latency_p50_us", 0),
+               ("p90 usec", "latency_p90_us", 0), ("p95 usec", "latency_p95_us", 0),
+               ("p99 usec", "latency_p99_us", 0), ("Avg usec", "latency_avg_us", 0),
+               ("Queue usec", "server_queue_us", 0), ("Compute usec", "server_compute_us", 0))
+
+
+def _perf_line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+
+
+def _perf(args: argparse.Namespace) -> int:
+    from triton_nb.perf import measure, write_perf_analyzer_csv
+
+    by_rate = args.request_rate_range is not None
+    levels = args.request_rate_range if by_rate else args.concurrency_range
+    level_header = "Request Rate" if by_rate else "Concurrency"
+    headers = [level_header, *(header for header, _, _ in _PERF_TABLE)]
+    widths = [max(len(header), 9) for header in headers]
+    options = {"input_data": args.input_data, "rows_per_request": args.rows_per_request,
+               "measurement_interval_ms": args.measurement_interval,
+               "measurement_request_count": args.measurement_request_count,
+               "stability_percentage": args.stability_percentage, "max_trials": args.max_trials,
+               "percentile": args.percentile}
+    if by_rate:
+        options["request_distribution"] = args.request_distribution or "constant"
+    frames = []
+    interrupted = False
+    with _perf_target(args) as target:
+        where = args.url or f"an in-kernel server on {args.model_repository}"
+        window = (f"{args.measurement_request_count} requests" if args.measurement_request_count
+                  else f"{args.measurement_interval} ms")
+        print(f"*** Measuring '{args.model}' over {args.protocol} ({where}) ***")
+        print(f"  {level_header.lower()}: {', '.join(f'{v:g}' for v in levels)}"
+              f"{' /s (' + options['request_distribution'] + ')' if by_rate else ''}; windows of {window}, "
+              f"stable within {args.stability_percentage:g}% on "
+              f"{'p' + str(args.percentile) if args.percentile else 'average'} latency, at most "
+              f"{args.max_trials} trials; {args.rows_per_request} row(s) per request")
+        print(_perf_line(headers, widths), flush=True)
+        try:
+            for level in levels:
+                load = {"request_rate_range": [level]} if by_rate else {"concurrency_range": [level]}
+                frame = measure(target, args.model, protocol=args.protocol, **load, **options)
+                frames.append(frame)
+                row = frame.iloc[0]
+                compute = sum(float(row[c]) for c in ("server_compute_input_us", "server_compute_infer_us",
+                                                      "server_compute_output_us"))
+                values = {**row.to_dict(), "server_compute_us": compute}
+                cells = [f"{level:g}",
+                         *(_cell(values[column], digits) for _, column, digits in _PERF_TABLE)]
+                notes = [] if row["stable"] else ["unstable"]
+                if row["errors"]:
+                    notes.append(f"{int(row['errors'])} error(s)")
+                print(_perf_line(cells, widths) + ("  " + ", ".join(notes) if notes else ""), flush=True)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: keeping the levels measured so far", flush=True)
+    if not frames:
+        return 130 if interrupted else 0
+    import pandas as pd
+
+    results = pd.concat(frames, ignore_index=True)
+    if args.latency_report_file is not None:
+        print(f"wrote {write_perf_analyzer_csv(results, args.latency_report_file)}")
+    if args.plots is not None:
+        from triton_nb.perf import plot_latency_breakdown, plot_throughput_vs_latency
+
+        _save_figures(args.plots, {"throughput_vs_latency": plot_throughput_vs_latency(results),
+                                   "latency_breakdown": plot_latency_breakdown(results)})
+    return 130 if interrupted else 0
+
+
+def _save_figures(folder: Path, figures: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, figure in figures.items():
+        path = folder / f"{name}.png"
+        figure.savefig(path, dpi=100)
+        print(f"wrote {path}")
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from triton_nb.perf import tune
+
+    knobs = {name: ([(value,) for value in values] if name == "preferred_batch_size" else values)
+             for name in _KNOB_FLAGS if (values := getattr(args, name)) is not None}
+    tuned = args.tuned_model or args.model
+    latency = f"latency_p{args.percentile}_us"
+
+    def on_point(row: dict[str, Any]) -> None:
+        print(f"  {row['config']}  concurrency {int(row['concurrency'])}: "
+              f"{_cell(row['throughput_infer_per_sec'], 1)} infer/s, p{args.percentile} "
+              f"{_cell(row[latency])} usec", flush=True)
+
+    with _perf_target(args) as target:
+        where = args.url or f"an in-kernel server on {args.model_repository}"
+        print(f"*** Tuning '{tuned}' (requests to '{args.model}' over {args.protocol}, {where}); "
+              f"budget p{args.percentile} <= {args.latency_budget_ms:g} ms, objective {args.objective}, "
+              f"{args.search} search ***", flush=True)
+        result = tune(target, args.model, knobs, concurrency_range=args.concurrency_range,
+                      tuned_model=args.tuned_model, search=args.search, latency_budget_ms=args.latency_budget_ms,
+                      min_throughput=args.min_throughput, objective=args.objective,
+                      latency_percentile=args.percentile, protocol=args.protocol, input_data=args.input_data,
+                      rows_per_request=args.rows_per_request, measurement_interval_ms=args.measurement_interval,
+                      max_trials=args.max_trials, progress=False, on_point=on_point)
+    if result.interrupted:
+        print("interrupted: ranking the configs measured so far")
+    if not result.ranking.empty:
+        _print_ranking(result.ranking, latency, args.percentile)
+    for note in result.notes:
+        print(note)
+    if result.recommended is not None:
+        shown = ", ".join(f"{name}={list(value) if isinstance(value, tuple) else value}"
+                          for name, value in result.recommended.items())
+        print(f"recommended for '{tuned}': {shown}")
+        if args.write_config:
+            print(f"wrote {result.write_config(args.model_repository / tuned / 'config.pbtxt')}")
+        elif args.url is not None:
+            from triton_nb.repository.config import config_from_json, format_config
+
+            print("recommended config.pbtxt:")
+            print(format_config(config_from_json(result.recommended_config, source="recommended config")))
+    if args.plots is not None and not result.measurements.empty:
+        from triton_nb.perf import plot_knob_heatmap, plot_throughput_vs_latency
+
+        budget_us = args.latency_budget_ms * 1e3
+        figures = {"throughput_vs_latency": plot_throughput_vs_latency(
+            result.measurements, latency=latency, by="config", latency_budget_us=budget_us)}
+        varying = [name for name, values in knobs.items() if len(values) > 1]
+        if len(varying) == 2:
+            figures["knob_heatmap"] = plot_knob_heatmap(result.measurements, x=varying[0], y=varying[1],
+                                                        latency=latency, latency_budget_us=budget_us)
+        _save_figures(args.plots, figures)
+    if result.interrupted:
+        return 130
+    return 0 if result.recommended is not None else 1
+
+
+def _print_ranking(ranking: Any, latency: str, percentile: int) -> None:
+    headers = ("Rank", "Config", "Meets", "Concurrency", "Infer/s", f"p{percentile} usec", "p50 usec")
+    rows = [(str(row["rank"]), str(row["config"]), "yes" if row["feasible"] else "no", str(int(row["concurrency"])),
+             _cell(row["throughput_infer_per_sec"], 1), _cell(row[latency]), _cell(row["latency_p50_us"]))
+            for _, row in ranking.iterrows()]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print("  ".join(cell.ljust(width) if i == 1 else cell.rjust(width)
+                        for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
+
+
 def _generate(args: argparse.Namespace) -> None:
     from triton_nb import fraud
 
@@ -324,7 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-nb`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
     handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out),
-                "export": _export, "validate": _validate, "serve": _serve}
+                "export": _export, "validate": _validate, "serve": _serve, "perf": _perf, "tune": _tune}
+    if hasattr(args, "check"):
+        args.check(args)
     try:
         status = handlers[args.command](args)
     except TritonNBError as exc:

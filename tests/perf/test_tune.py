@@ -1,0 +1,177 @@
+"""tune: the search finds a known optimum on a fake target whose figures follow the knobs in a
+known way; constraints, early stop, interrupts and restoring the original; and a live tune of the
+in-kernel server."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
+from scale_models import write_scale_model
+
+from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf import tune
+from triton_nb.perf.load import Target
+from triton_nb.perf.stats import Completions
+from triton_nb.perf.tune import config_with_knobs, knobs_of
+from triton_nb.repository.config import load_config
+from triton_nb.server.core import serve
+
+ORIGINAL = {"name": "m", "backend": "python", "max_batch_size": 16,
+            "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2]}],
+            "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [2]}],
+            "dynamic_batching": {"max_queue_delay_microseconds": 100},
+            "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+
+
+def capacity(knobs: dict) -> float:
+    """Requests/s the fake serves at most: best at delay 500 µs and 2 instances."""
+    delay, instances = knobs["max_queue_delay_microseconds"], knobs["instance_count"]
+    return max(300.0, 4000.0 - abs(delay - 500) - abs(instances - 2) * 900)
+
+
+class FakeLoad:
+    """Completions at the rate and latency the fake's formulas give (Little's law)."""
+
+    def __init__(self, rate: float, latency_ns: int) -> None:
+        self.rate, self.latency_ns = rate, latency_ns
+        self.last = 0
+
+    def start(self) -> None:
+        self.last = time.monotonic_ns()
+
+    def take(self) -> Completions:
+        now = time.monotonic_ns()
+        count = int(self.rate * (now - self.last) / 1e9)
+        if count == 0:
+            return Completions()
+        ends = self.last + (np.arange(1, count + 1) * (now - self.last)) // count
+        self.last = int(ends[-1])
+        return Completions(ends - self.latency_ns, ends, np.ones(count, bool))
+
+    def stop(self) -> None:
+        pass
+
+
+class FakeTarget(Target):
+    protocol = "inprocess"
+
+    def __init__(self, plateau: bool = False) -> None:
+        self.knobs = knobs_of(ORIGINAL, ["max_queue_delay_microseconds", "instance_count"])
+        self.applied: list[dict] = []
+        self.restored: list[dict] = []
+        self.plateau = plateau
+
+    def config(self, model: str) -> dict:
+        return config_with_knobs(ORIGINAL, self.knobs)
+
+    def statistics(self) -> dict:
+        return {"model_stats": [{"name": "m", "version": "1", "inference_stats": {}, "batch_stats": []}]}
+
+    def load(self, model, requests, concurrency=None, **_):
+        rate = min(concurrency * 2000.0, 6000.0 if self.plateau else capacity(self.knobs))
+        latency_s = concurrency / rate + self.knobs["max_queue_delay_microseconds"] / 1e6
+        return FakeLoad(rate, int(latency_s * 1e9))
+
+    def apply(self, model: str, knobs: dict) -> None:
+        self.knobs = {**self.knobs, **knobs}
+        self.applied.append(dict(knobs))
+
+    def restore(self, model: str, original: dict) -> None:
+        self.knobs = knobs_of(original, ["max_queue_delay_microseconds", "instance_count"])
+        self.restored.append(original)
+
+
+KNOBS = {"max_queue_delay_microseconds": [0, 500, 2000], "instance_count": [1, 2, 4]}
+FAST = {"concurrency_range": "1:16:5", "measurement_interval_ms": 40, "max_trials": 3, "progress": False,
+        "input_data": "zero"}
+
+
+def test_brute_force_finds_the_known_optimum_and_restores():
+    target = FakeTarget()
+    result = tune(target, "m", KNOBS, **FAST)
+    assert result.recommended == {"max_queue_delay_microseconds": 500, "instance_count": 2}
+    assert len(result.ranking) == 9 and result.ranking.iloc[0]["config"] == "delay_us=500 instances=2"
+    assert result.ranking.iloc[0]["throughput_infer_per_sec"] == pytest.approx(4000, rel=0.15)
+    assert len(target.applied) == 9 and target.restored == [result.original_config]
+    assert target.knobs == {"max_queue_delay_microseconds": 100, "instance_count": 1}
+    assert set(result.measurements["concurrency"]) == {1, 6, 11, 16}
+    assert result.recommended_config["dynamic_batching"]["max_queue_delay_microseconds"] == 500
+
+
+def test_quick_search_climbs_to_the_same_optimum_with_fewer_configs():
+    target = FakeTarget()
+    result = tune(target, "m", KNOBS, search="quick", **FAST)
+    assert result.recommended == {"max_queue_delay_microseconds": 500, "instance_count": 2}
+    assert len(result.ranking) < 9
+    assert target.restored
+
+
+def test_a_latency_budget_rules_out_slow_configs_and_stops_their_sweep():
+    target = FakeTarget()
+    result = tune(target, "m", KNOBS, latency_budget_ms=2.0, **FAST)  # a 2000 µs delay is over it at once
+    slow = result.measurements[result.measurements["max_queue_delay_microseconds"] == 2000]
+    assert not slow["feasible"].any() and set(slow["concurrency"]) == {1}
+    assert result.recommended["max_queue_delay_microseconds"] != 2000
+    nothing = tune(FakeTarget(), "m", KNOBS, latency_budget_ms=0.001, **FAST)
+    assert nothing.recommended is None and "no config met the constraints" in nothing.notes
+    with pytest.raises(InvalidArgumentError, match="nothing to write"):
+        nothing.write_config(Path("unused"))
+
+
+def test_the_sweep_stops_when_throughput_stops_rising():
+    target = FakeTarget(plateau=True)
+    result = tune(target, "m", {"instance_count": [1]}, **{**FAST, "concurrency_range": "1:12:1"})
+    # 2000, 4000, then 6000 from c=3 on: four steps under 5% more than c=3 end it at c=7
+    assert result.measurements["concurrency"].tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_an_interrupted_sweep_keeps_what_it_measured_and_restores():
+    target = FakeTarget()
+    seen = []
+
+    def stop_after_five(point: dict) -> None:
+        seen.append(point)
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    result = tune(target, "m", KNOBS, on_point=stop_after_five, **FAST)
+    assert result.interrupted and len(result.measurements) == 5 and target.restored
+
+
+def test_errors_restore_too_and_propagate():
+    target = FakeTarget()
+
+    def broken(point: dict) -> None:
+        raise RuntimeError("plot failed")
+
+    with pytest.raises(RuntimeError, match="plot failed"):
+        tune(target, "m", KNOBS, on_point=broken, **FAST)
+    assert target.restored
+
+
+def test_bad_knobs_are_named():
+    with pytest.raises(InvalidArgumentError, match="unknown knob 'delay'"):
+        tune(FakeTarget(), "m", {"delay": [1]}, **FAST)
+    with pytest.raises(InvalidArgumentError, match="knob 'instance_count' has no values"):
+        tune(FakeTarget(), "m", {"instance_count": []}, **FAST)
+
+
+def test_a_live_tune_of_the_in_kernel_server_writes_its_recommendation(tmp_path):
+    write_scale_model(tmp_path, extra="dynamic_batching { max_queue_delay_microseconds: 300 }")
+    with serve(tmp_path) as server:
+        result = tune(server, "scale", {"max_queue_delay_microseconds": [0, 1000], "instance_count": [1, 2]},
+                      concurrency_range=[1, 4], measurement_interval_ms=150, max_trials=3, progress=False,
+                      write_config=tmp_path / "scale")
+        config = server.model_config("scale")
+        assert config.dynamic_batching.max_queue_delay_microseconds == 300  # restored
+        assert config.instance_group[0].count == 1
+    assert len(result.ranking) == 4 and result.recommended is not None
+    written = load_config(tmp_path / "scale" / "config.pbtxt")
+    assert written.dynamic_batching.max_queue_delay_microseconds == result.recommended["max_queue_delay_microseconds"]
+    assert written.instance_group[0].count == result.recommended["instance_count"]
