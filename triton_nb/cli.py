@@ -242,7 +242,7 @@ def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_tr
                              "transactions, or a JSON file in perf_analyzer's format (default random)")
     parser.add_argument("-b", "--batch-size", type=_positive_int, default=1, dest="rows_per_request",
                         help="rows per request (default 1)")
-    parser.add_argument("--max-trials", "-r", type=_positive_int, default=max_trials,
+    parser.add_argument("--max-trials", "-r", type=_positive_int, default=max_trials, metavar="N",
                         help=f"measurement windows per level at most, when the figures do not settle "
                              f"(default {max_trials})")
 
@@ -505,19 +505,19 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
     a remote server's refusals become one-line errors."""
     from tritonclient.utils import InferenceServerException
 
+    from triton_nb.perf.load import make_target
+
     server = None
     try:
-        if args.url is not None:
-            from triton_nb.perf.load import make_target
-
-            yield make_target(args.url, args.protocol)
-        else:
+        if args.url is None:
             from triton_nb import serve
 
             server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
                            http_port=0 if args.protocol == "http" else None,
                            grpc_port=0 if args.protocol == "grpc" else None)
-            yield server
+        target = make_target(args.url or server, args.protocol)
+        target.config(args.model)  # an unreachable server or unknown model fails here, before any output
+        yield target
     except (InferenceServerException, ConnectionError) as exc:
         raise TritonNBError(f"{args.url or args.model_repository}: {exc}") from None
     finally:

@@ -175,3 +175,13 @@ def test_a_live_tune_of_the_in_kernel_server_writes_its_recommendation(tmp_path)
     written = load_config(tmp_path / "scale" / "config.pbtxt")
     assert written.dynamic_batching.max_queue_delay_microseconds == result.recommended["max_queue_delay_microseconds"]
     assert written.instance_group[0].count == result.recommended["instance_count"]
+
+
+def test_a_config_parameter_knob_reloads_the_model_and_the_original_comes_back(tmp_path):
+    write_scale_model(tmp_path, factor=2.0)
+    with serve(tmp_path) as server:
+        result = tune(server, "scale", {"parameters.factor": ["3", "5"]}, concurrency_range=[1],
+                      measurement_interval_ms=100, max_trials=3, progress=False)
+        assert set(result.measurements["parameters.factor"]) == {"3", "5"}
+        x = np.ones((1, 2), np.float32)
+        assert server.client().infer("scale", {"X": x}).as_numpy("Y").tolist() == [[2.0, 2.0]]  # factor 2 again

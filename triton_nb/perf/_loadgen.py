@@ -2,11 +2,12 @@
 running in the same kernel.
 
 Runs as a script (``python _loadgen.py ...``, started by :class:`triton_nb.perf.load.NetworkLoad`),
-importing only the standard library, numpy-free, with aiohttp or grpc: it starts in a fraction of a
-second. It reads pre-encoded requests from a file, keeps ``--concurrency`` requests in flight (closed
-loop) or sends ``--rate`` requests per second (open loop, constant or Poisson arrivals), and writes
+importing only the standard library (and grpc for gRPC): it starts in a fraction of a second. It
+reads pre-encoded requests from a file, keeps ``--concurrency`` requests in flight (closed loop) or
+sends ``--rate`` requests per second (open loop, constant or Poisson arrivals), and writes
 completions to stdout every 50 ms as frames: ``<I`` count, then count records ``<qqB`` (sent ns,
-answered ns, ok) on the host's monotonic clock. It stops when its stdin closes.
+answered ns, ok) on the host's monotonic clock. It stops when its stdin closes. HTTP requests go
+over keep-alive connections with a minimal HTTP/1.1 exchange (see ``_HttpConnection``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,74 @@ def _read_payloads(path: str) -> list[tuple[bytes, int]]:
     return payloads
 
 
+class _HttpConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that sends pre-encoded requests and reads the status and
+    the body (by Content-Length) of each answer: a fraction of a general client's cost per request,
+    so the generator measures the server rather than itself."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future | None = None
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the server closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.waiter is None or self.waiter.done():
+            return
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = bytes(self.buffer[:end])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        total = end + 4 + length
+        if len(self.buffer) < total:
+            return
+        del self.buffer[:total]
+        self.waiter.set_result(int(head[9:12]))
+
+    async def request(self, data: bytes) -> int:
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return await self.waiter
+
+
+class _HttpPool:
+    """Idle connections reused; a new one when all are busy (an open loop may need many)."""
+
+    def __init__(self, url: str) -> None:
+        host, _, port = url.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.idle: list[_HttpConnection] = []
+        self.all: list[_HttpConnection] = []
+
+    async def send(self, data: bytes) -> int:
+        connection = self.idle.pop() if self.idle else None
+        if connection is None or connection.closed:
+            _, connection = await asyncio.get_running_loop().create_connection(_HttpConnection, self.host, self.port)
+            self.all.append(connection)
+        status = await connection.request(data)
+        self.idle.append(connection)
+        return status
+
+    def close(self) -> None:
+        for connection in self.all:
+            if connection.transport is not None:
+                connection.transport.close()
+
+
 class _Generator:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -49,21 +118,21 @@ class _Generator:
         loop = asyncio.get_running_loop()
         stdin_closed = loop.run_in_executor(None, sys.stdin.buffer.read)
         if self.args.protocol == "http":
-            import aiohttp
+            pool = _HttpPool(self.args.url)
+            host = self.args.url.encode()
+            path = f"/v2/models/{self.args.model}/infer".encode()
+            requests = [b"POST " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/octet-stream"
+                        b"\r\nInference-Header-Content-Length: " + str(header).encode() + b"\r\nContent-Length: "
+                        + str(len(body)).encode() + b"\r\n\r\n" + body for body, header in self.payloads]
+            self.payloads = [(request, 0) for request in requests]
 
-            connector = aiohttp.TCPConnector(limit=0)
-            async with aiohttp.ClientSession(connector=connector) as session:
-                url = f"http://{self.args.url}/v2/models/{self.args.model}/infer"
+            async def send() -> bool:
+                return await pool.send(self.payload()[0]) == 200
 
-                async def send() -> bool:
-                    body, header = self.payload()
-                    headers = {"Content-Type": "application/octet-stream",
-                               "Inference-Header-Content-Length": str(header)}
-                    async with session.post(url, data=body, headers=headers) as response:
-                        await response.read()
-                        return response.status == 200
-
+            try:
                 await self._drive(send, stdin_closed)
+            finally:
+                pool.close()
         else:
             import grpc
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb.errors import InvalidArgumentError
+
 __all__ = [
     "PERCENTILES",
     "Completions",
@@ -50,20 +52,20 @@ def parse_range(text: str | Sequence[float] | float, what: str) -> list[float]:
         try:
             numbers = [float(p) for p in parts]
         except ValueError:
-            raise ValueError(f"{what} must be start[:end[:step]], got {text!r}") from None
+            raise InvalidArgumentError(f"{what} must be start[:end[:step]], got {text!r}") from None
         if len(numbers) > 3 or not numbers:
-            raise ValueError(f"{what} must be start[:end[:step]], got {text!r}")
+            raise InvalidArgumentError(f"{what} must be start[:end[:step]], got {text!r}")
         start = numbers[0]
         end = numbers[1] if len(numbers) > 1 else start
         step = numbers[2] if len(numbers) > 2 else 1.0
         if step <= 0 or end < start:
-            raise ValueError(f"{what} {text!r} needs end >= start and a step > 0")
+            raise InvalidArgumentError(f"{what} {text!r} needs end >= start and a step > 0")
         count = int((end - start) / step + 1e-9) + 1
         values = [start + i * step for i in range(count)]
     else:
         values = [float(v) for v in text]
     if not values or any(v <= 0 for v in values):
-        raise ValueError(f"{what} values must be > 0, got {values}")
+        raise InvalidArgumentError(f"{what} values must be > 0, got {values}")
     return values
 
 

@@ -1,0 +1,138 @@
+"""How accurate is triton_nb's perf tool itself? Two checks, one run.
+
+1. In-process overhead: ``measure`` on a no-op model (it echoes its input) against a bare loop of
+   ``server.infer`` calls on the same model; the difference in p50 latency is what the tool's own
+   load threads and bookkeeping add.
+2. HTTP agreement: ``measure`` over HTTP (its load generator runs in a process of its own) and
+   ``wrk`` with the same binary request body, on the same server (``triton-nb serve`` in another
+   process) at the same concurrency; the throughput ratio should be within 15%.
+
+    python bench/bench_perf_tool.py [--duration-s 5] [--concurrency 1,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+NOOP_CONFIG = """
+name: "noop"
+backend: "python"
+max_batch_size: 64
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { }
+"""
+
+NOOP_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
+                .as_numpy())]) for r in requests]
+"""
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+local f = io.open("{body}", "rb"); wrk.body = f:read("*all"); f:close()
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Inference-Header-Content-Length"] = "{header}"
+"""
+
+
+def write_repository(root: Path) -> Path:
+    (root / "noop" / "1").mkdir(parents=True)
+    (root / "noop" / "config.pbtxt").write_text(NOOP_CONFIG)
+    (root / "noop" / "1" / "model.py").write_text(textwrap.dedent(NOOP_MODEL))
+    return root
+
+
+def in_process_overhead(repo: Path, duration_s: float) -> None:
+    import triton_nb
+    from triton_nb.perf import measure
+    from triton_nb.server.types import InferRequest
+
+    with triton_nb.serve(repo) as server:
+        x = np.ones((1, 4), np.float32)
+        for _ in range(200):
+            server.infer(InferRequest("noop", {"X": x}))
+        latencies = []
+        end = time.perf_counter() + duration_s
+        while time.perf_counter() < end:
+            started = time.perf_counter_ns()
+            server.infer(InferRequest("noop", {"X": x}))
+            latencies.append(time.perf_counter_ns() - started)
+        bare_p50 = float(np.percentile(latencies, 50)) / 1e3
+        tool = measure(server, "noop", concurrency_range=[1], input_data="zero",
+                       measurement_interval_ms=int(duration_s * 1000 / 3), warmup_ms=500)
+        tool_p50 = float(tool["latency_p50_us"].iloc[0])
+    print(f"in-process, no-op model, 1 in flight: bare server.infer p50 {bare_p50:.1f} us, "
+          f"measure() p50 {tool_p50:.1f} us -> the tool adds {tool_p50 - bare_p50:.1f} us per request")
+
+
+def http_agreement(repo: Path, levels: list[int], duration_s: float, wrk: str) -> None:
+    from triton_nb.perf import measure
+    from triton_nb.perf.inputs import encode_http
+
+    command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repo), "--http-port", "0",
+               "--allow-grpc", "false", "--allow-metrics", "false"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        url = None
+        while url is None:
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError("triton-nb serve did not start")
+            found = re.match(r"Started HTTPService at (\S+)", line)
+            url = found.group(1) if found else None
+        work = Path(tempfile.mkdtemp(prefix="bench-perf-tool-"))
+        body, header = encode_http("noop", {"X": np.zeros((1, 4), np.float32)})
+        (work / "body.bin").write_bytes(body)
+        script = work / "post.lua"
+        script.write_text(WRK_SCRIPT.format(body=work / "body.bin", header=header))
+        print(f"\nHTTP, no-op model on triton-nb serve ({url}), {duration_s:g} s per point")
+        print(f"{'in flight':>9} | {'measure() infer/s':>17} | {'wrk infer/s':>11} | {'ratio':>5} | within 15%")
+        for level in levels:
+            ours = measure(url, "noop", concurrency_range=[level], protocol="http", input_data="zero",
+                           measurement_interval_ms=int(duration_s * 1000 / 3), warmup_ms=1000)
+            ours_rate = float(ours["throughput_infer_per_sec"].iloc[0])
+            out = subprocess.run([wrk, "-t1", f"-c{level}", f"-d{duration_s:g}s", "-s", str(script),
+                                  f"http://{url}/v2/models/noop/infer"], capture_output=True, text=True).stdout
+            wrk_rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+            ratio = ours_rate / wrk_rate
+            print(f"{level:>9} | {ours_rate:>17,.0f} | {wrk_rate:>11,.0f} | {ratio:>5.2f} | "
+                  f"{'yes' if abs(ratio - 1) <= 0.15 else 'NO'}")
+        shutil.rmtree(work, ignore_errors=True)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration-s", type=float, default=6.0)
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
+    args = parser.parse_args()
+    repo = write_repository(Path(tempfile.mkdtemp(prefix="bench-perf-tool-repo-")))
+    in_process_overhead(repo, args.duration_s)
+    http_agreement(repo, [int(c) for c in args.concurrency.split(",")], args.duration_s, args.wrk)
+    shutil.rmtree(repo, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

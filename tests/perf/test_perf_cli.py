@@ -1,0 +1,139 @@
+"""``triton-nb perf`` and ``triton-nb tune``: tables, perf_analyzer's CSV, plots, configs, one-line errors."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
+
+from scale_models import write_scale_model
+
+from triton_nb import serve
+from triton_nb.cli import main
+from triton_nb.repository.config import load_config
+
+PERF_ANALYZER_HEADER = ("Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+                        "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,"
+                        "p90 latency,p95 latency,p99 latency,Avg latency")
+SHORT = ["--measurement-interval", "200", "--max-trials", "3"]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    write_scale_model(tmp_path / "repo", extra="dynamic_batching { max_queue_delay_microseconds: 100 }")
+    return tmp_path / "repo"
+
+
+def _table(printed: str, first: str) -> list[list[str]]:
+    """The rows of the summary table whose header starts with ``first``."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    rows = []
+    for line in lines[start + 1:]:
+        if not re.match(r"^\s+\d", line):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_perf_concurrency_in_process_writes_csv_and_plots(repo, tmp_path, capsys):
+    csv, plots = tmp_path / "out.csv", tmp_path / "plots"
+    assert main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1:2:1", *SHORT,
+                 "-f", str(csv), "--plots", str(plots)]) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("Concurrency"))
+    for column in ("Infer/s", "p50 usec", "p90 usec", "p95 usec", "p99 usec", "Avg usec", "Queue usec",
+                   "Compute usec"):
+        assert column in header
+    rows = _table(printed, "Concurrency")
+    assert [row[0] for row in rows] == ["1", "2"]
+    assert all(float(row[1]) > 0 and int(row[2]) > 0 for row in rows)
+    lines = csv.read_text().splitlines()
+    assert lines[0] == PERF_ANALYZER_HEADER
+    assert [line.split(",")[0] for line in lines[1:]] == ["1", "2"]
+    for name in ("throughput_vs_latency.png", "latency_breakdown.png"):
+        assert (plots / name).stat().st_size > 1000, name
+
+
+def test_perf_request_rate_over_http_with_a_repository(repo, tmp_path, capsys):
+    csv = tmp_path / "rate.csv"
+    assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--request-rate-range",
+                 "50:100:50", "--request-distribution", "poisson", *SHORT, "-f", str(csv)]) == 0
+    printed = capsys.readouterr().out
+    assert "over http" in printed
+    assert [row[0] for row in _table(printed, "Request Rate")] == ["50", "100"]
+    lines = csv.read_text().splitlines()
+    assert lines[0] == PERF_ANALYZER_HEADER.replace("Concurrency", "Request Rate", 1)
+    assert len(lines) == 3
+
+
+def test_tune_writes_the_recommended_config_and_plots(repo, tmp_path, capsys):
+    plots = tmp_path / "tplots"
+    assert main(["tune", "-m", "scale", "--model-repository", str(repo), "--latency-budget-ms", "100",
+                 "--max-queue-delay-microseconds", "0,300", "--instance-count", "1,2", "--concurrency-range", "1",
+                 *SHORT, "--write-config", "--plots", str(plots)]) == 0
+    printed = capsys.readouterr().out
+    ranking = printed[printed.index("Rank"):].splitlines()
+    assert ranking[0].split()[:3] == ["Rank", "Config", "Meets"]
+    assert [line.split()[0] for line in ranking[1:5]] == ["1", "2", "3", "4"]
+    found = re.search(r"recommended for 'scale': max_queue_delay_microseconds=(\d+), instance_count=(\d+)", printed)
+    assert found, printed
+    config = load_config(repo / "scale" / "config.pbtxt")
+    assert config.name == "scale"
+    assert config.dynamic_batching.max_queue_delay_microseconds == int(found[1])
+    assert config.instance_group[0].count == int(found[2])
+    assert f"wrote {repo / 'scale' / 'config.pbtxt'}" in printed
+    for name in ("throughput_vs_latency.png", "knob_heatmap.png"):
+        assert (plots / name).stat().st_size > 1000, name
+
+
+def test_perf_and_tune_by_url_print_the_config_instead_of_writing_it(repo, capsys):
+    before = (repo / "scale" / "config.pbtxt").read_text()
+    with serve(repo, http_port=0) as server:
+        url = server.endpoints["http"]
+        assert main(["perf", "-m", "scale", "-u", url, "--concurrency-range", "1", *SHORT]) == 0
+        assert [row[0] for row in _table(capsys.readouterr().out, "Concurrency")] == ["1"]
+        assert main(["tune", "-m", "scale", "-u", url, "--latency-budget-ms", "100", "--preferred-batch-size",
+                     "2,4", "--concurrency-range", "1", *SHORT]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"recommended for 'scale': preferred_batch_size=\[[24]\]", printed)
+    assert "recommended config.pbtxt:" in printed and "preferred_batch_size" in printed
+    assert (repo / "scale" / "config.pbtxt").read_text() == before
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["perf", "-m", "scale", "--model-repository", "REPO"], r"--concurrency-range --request-rate-range is required"),
+    (["perf", "-m", "scale", "--model-repository", "REPO", "--concurrency-range", "1", "--request-rate-range", "5"],
+     r"not allowed with"),
+    (["perf", "-m", "scale", "-u", "localhost:1", "-i", "inprocess", "--concurrency-range", "1"],
+     r"-i inprocess needs --model-repository"),
+    (["perf", "-m", "scale", "-u", "localhost:1", "-i", "udp", "--concurrency-range", "1"], r"invalid choice: 'udp'"),
+    (["perf", "-m", "scale", "--model-repository", "REPO", "--concurrency-range", "2:1"], r"'2:1'"),
+    (["perf", "-m", "scale", "--model-repository", "REPO", "--concurrency-range", "1",
+      "--request-distribution", "poisson"], r"--request-distribution applies to --request-rate-range only"),
+    (["perf", "-m", "nosuch", "--model-repository", "REPO", "--concurrency-range", "1"], r"nosuch"),
+    (["perf", "-m", "scale", "-u", "127.0.0.1:1", "--concurrency-range", "1"], r"127\.0\.0\.1:1"),
+    (["tune", "-m", "scale", "--model-repository", "REPO", "--latency-budget-ms", "5"],
+     r"give at least one knob to vary"),
+    (["tune", "-m", "scale", "--model-repository", "REPO", "--latency-budget-ms", "5", "--instance-count", "1,x"],
+     r"--instance-count"),
+    (["tune", "-m", "scale", "-u", "localhost:1", "--latency-budget-ms", "5", "--instance-count", "1,2",
+      "--write-config"], r"--write-config needs --model-repository"),
+])
+def test_mistakes_exit_2_with_one_line(repo, capsys, argv, message):
+    argv = [str(repo) if arg == "REPO" else arg for arg in argv]
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"triton-nb {argv[0]}: error: ")
+    assert re.search(message, lines[0]), lines[0]
