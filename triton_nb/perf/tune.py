@@ -106,14 +106,24 @@ class TuneResult:
 
     def write_config(self, path: str | Path) -> Path:
         """Write the recommended config as ``config.pbtxt`` (a folder means ``<folder>/config.pbtxt``)."""
-        from triton_nb.repository.config import CONFIG_FILENAME, config_from_json, save_config
+        from triton_nb.repository.config import (
+            CONFIG_FILENAME,
+            config_from_json,
+            config_to_json,
+            load_config,
+            save_config,
+        )
 
-        if self.recommended_config is None:
+        if self.recommended_config is None or self.recommended is None:
             raise InvalidArgumentError("no config met the constraints: nothing to write")
         target = Path(path)
         if target.is_dir():
             target = target / CONFIG_FILENAME
-        return save_config(config_from_json(self.recommended_config, source="recommended config"), target)
+        # Over an existing file, change only the knobs: the server's effective config would add every
+        # default Triton fills in (version policy, instance-group names) to a file a person reads.
+        base = config_to_json(load_config(target)) if target.is_file() else self.recommended_config
+        config = config_with_knobs(base, self.recommended)
+        return save_config(config_from_json(config, source="recommended config"), target)
 
 
 class _Applier:
