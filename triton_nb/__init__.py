@@ -16,6 +16,14 @@ from triton_nb.errors import (
 )
 from triton_nb.server.core import InferenceServer, serve
 
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext triton_nb``: registers the ``%triton``, ``%%triton_infer`` and ``%triton_perf`` magics."""
+    from triton_nb.notebook.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
 __all__ = [
     "InProcessClient",
     "InferResult",

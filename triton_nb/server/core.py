@@ -844,6 +844,12 @@ class InferenceServer:
         target = self._resolve(name, version)
         return 0 if target.scheduler is None else target.scheduler.queue_depth()
 
+    def tune(self, model: str, **options: Any) -> Any:
+        """The tuning panel for ``model`` (a :class:`triton_nb.widgets.Tuner`), to display in a notebook."""
+        from triton_nb.notebook.widgets import Tuner
+
+        return Tuner(self, model, **options)
+
     def client(self) -> Any:
         """An in-process client with tritonclient-like calls."""
         from triton_nb.client import InProcessClient
