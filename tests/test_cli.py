@@ -59,12 +59,21 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
     assert bad.returncode == 2 and "--rows" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_demo_runs_as_far_as_the_project_goes(tmp_path, capsys):
-    assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(tmp_path / "demo")]) == 0
+def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(out), "--measurement-interval", "150"]) == 0
     printed = capsys.readouterr().out
     assert "demo finished" in printed
-    assert "100.0% agree with XGBoost" in printed
-    assert (tmp_path / "demo" / "model" / "xgboost.json").is_file()
+    for path in ("in-process: 2,000", "http: 256", "grpc: 256"):
+        assert f"{path} transactions, 100.0% agree with XGBoost" in printed
+    assert (out / "model" / "xgboost.json").is_file() and (out / "model_repository" / "ensemble").is_dir()
+    report = out / "report"
+    for name in ("summary.md", "sweep_measurements.csv", "sweep_ranking.csv", "perf_analyzer_best_config.csv",
+                 "throughput_vs_latency.png", "knob_heatmap.png", "latency_breakdown.png", "batch_sizes.png"):
+        assert (report / name).stat().st_size > 0, name
+    ranking = (report / "sweep_ranking.csv").read_text().splitlines()
+    assert len(ranking) == 1 + 6  # 3 delays x 2 instance counts
+    assert "Recommended:" in (report / "summary.md").read_text()
 
 
 def test_export_and_validate(tmp_path, capsys):

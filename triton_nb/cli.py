@@ -2,7 +2,8 @@
 
 Sub-commands:
 
-* ``demo``     — the main job, headless: generate data, train, and write the artefacts;
+* ``demo``     — the main job, headless: data, training, export, serving over every protocol, a
+  batching sweep, and a report folder;
 * ``generate`` — write synthetic TabFormer transactions as CSV;
 * ``train``    — train the fraud model on synthetic data or a real TabFormer CSV;
 * ``export``   — write the example as a Triton model repository;
@@ -74,8 +75,11 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="run the whole worked example headless")
-    demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), help="report folder")
+    demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), help="output folder (report in report/)")
     _add_training_options(demo, DEMO_ROWS)
+    demo.add_argument("--measurement-interval", type=_positive_int, default=600, metavar="MS",
+                      help="measurement window of the batching sweep (default 600 ms)")
+    demo.add_argument("--latency-budget-ms", type=float, default=10.0, help="p99 budget of the sweep (default 10)")
 
     generate = commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV")
     generate.add_argument("--rows", type=_positive_int, required=True)
@@ -370,19 +374,13 @@ def _train(args: argparse.Namespace, out: Path) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    out: Path = args.out
-    from triton_nb import fraud
-    from triton_nb.repository import export_fraud_repository, validate_repository
+    from triton_nb.demo import DemoSettings, run_demo
 
-    print(f"triton-nb demo -> {out}/")
-    _train(args, out / "model")
-    repository = export_fraud_repository(
-        fraud.TrainedFraudModel.load(out / "model"), out / "model_repository", overwrite=True
-    )
-    problems = validate_repository(repository)
-    print(f"exported the Triton model repository {repository}/ ({len(problems)} validation problem(s))")
-    _serve_in_process(repository, fraud.TrainedFraudModel.load(out / "model"), args.seed)
-    print("demo finished")
+    print(f"triton-nb demo -> {args.out}/")
+    run_demo(DemoSettings(out=args.out, rows=args.rows, rounds=args.rounds, fraud_rate=args.fraud_rate,
+                          seed=args.seed, device=args.device, csv=args.csv,
+                          measurement_interval_ms=args.measurement_interval,
+                          latency_budget_ms=args.latency_budget_ms))
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -422,23 +420,6 @@ def _validate(args: argparse.Namespace) -> int:
     errors = sum(problem.severity == "error" for problem in problems)
     print(f"{args.repository}: {errors} error(s), {len(problems) - errors} warning(s)")
     return 1 if errors else 0
-
-
-def _serve_in_process(repository: Path, model, seed: int) -> None:
-    """Serve the exported repository in this process and check it answers like XGBoost."""
-    import numpy as np
-
-    from triton_nb import fraud, serve
-
-    holdout = fraud.generate_transactions(2_000, seed=seed + 1)
-    with serve(repository) as server:
-        client = server.client()
-        started = time.perf_counter()
-        predictions = client.infer("ensemble", holdout).as_numpy("predictions")[:, 0]
-        seconds = time.perf_counter() - started
-    agree = float(np.mean(predictions == model.predict(holdout)))
-    print(f"served {len(holdout):,} transactions through the in-process server's ensemble in {seconds * 1e3:.0f} ms; "
-          f"{agree:.1%} agree with XGBoost, {int(predictions.sum())} flagged as fraud")
 
 
 def _serve(args: argparse.Namespace) -> int:

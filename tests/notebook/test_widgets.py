@@ -1,0 +1,253 @@
+"""The tuning panel (``triton_nb.widgets.Tuner``), driven without a browser: controls set, buttons clicked."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+
+from scale_models import write_scale_model  # noqa: E402
+
+from triton_nb.notebook import widgets as widgets_module  # noqa: E402
+from triton_nb.repository.config import load_config  # noqa: E402
+from triton_nb.server.core import serve  # noqa: E402
+from triton_nb.widgets import Tuner  # noqa: E402
+
+FAST = {"measurement_interval_ms": 150, "max_trials": 3}
+
+
+@pytest.fixture
+def server(tmp_path):
+    write_scale_model(tmp_path, max_batch_size=8)
+    server = serve(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every call of ``measure`` from the panel, with the thread it ran on."""
+    seen: list[threading.Thread] = []
+    real = widgets_module.measure
+
+    def recording(*args, **kwargs):
+        seen.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(widgets_module, "measure", recording)
+    return seen
+
+
+def make_tuner(server, **options) -> Tuner:
+    tuner = server.tune("scale", **options)
+    for name, value in FAST.items():
+        tuner.controls[name].value = value
+    return tuner
+
+
+def markers(tuner: Tuner) -> int:
+    ax = tuner.figure.axes[0]
+    return sum(len(line.get_xdata()) for line in ax.lines if line.get_marker() not in (None, "None", ""))
+
+
+def status(tuner: Tuner) -> str:
+    return tuner.status.value
+
+
+def test_the_panel_shows_the_models_knobs_and_displays_itself(server):
+    tuner = make_tuner(server)
+    assert isinstance(tuner, Tuner) and tuner.tuned_model == "scale"
+    c = tuner.controls
+    assert c["max_batch_size"].value == 8 and c["max_batch_size"].max == 8
+    assert c["max_queue_delay_microseconds"].value == 2000
+    assert c["instance_count"].value == 1 and c["instance_count"].max == 8
+    assert list(c["protocol"].options) == ["inprocess"]  # no network endpoints on this server
+    assert not any(name.startswith("parameters.") for name in c)  # not a FIL model
+    assert set(tuner.buttons) == {"apply", "measure", "sweep", "save"}
+    bundle = tuner._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert tuner.points.empty and markers(tuner) == 0
+
+
+def test_apply_changes_the_serving_model_live(server):
+    tuner = make_tuner(server)
+    tuner.controls["max_queue_delay_microseconds"].value = 150
+    tuner.controls["preferred_batch_size"].value = "2, 4"
+    tuner.controls["instance_count"].value = 2
+    tuner.buttons["apply"].click()
+    assert tuner.wait(10)
+    config = server.model_config("scale")
+    assert config.dynamic_batching.max_queue_delay_microseconds == 150
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
+    assert config.instance_group[0].count == 2
+    assert "applied" in status(tuner) and "error" not in status(tuner)
+    x = np.ones((1, 2), np.float32)
+    assert server.client().infer("scale", {"X": x}).as_numpy("Y").tolist() == [[2.0, 2.0]]  # still serving
+
+
+def test_measure_runs_in_a_thread_and_overlays_configs(server, calls):
+    tuner = make_tuner(server)
+    started = time.monotonic()
+    tuner.buttons["measure"].click()
+    assert time.monotonic() - started < 0.5  # the click returns at once: the kernel is not blocked
+    assert tuner.busy
+    assert tuner.wait(20)
+    assert len(calls) == 1 and calls[0] is not threading.main_thread()
+    points = tuner.points
+    assert len(points) == 1 and points["throughput_infer_per_sec"].iloc[0] > 0
+    assert points["protocol"].iloc[0] == "inprocess" and points["concurrency"].iloc[0] == 1
+    assert points["knobs"].iloc[0]["max_queue_delay_microseconds"] == 2000
+    assert markers(tuner) == 1
+    assert "measured" in status(tuner)
+
+    tuner.controls["max_queue_delay_microseconds"].value = 0
+    tuner.controls["concurrency"].value = 2
+    tuner.buttons["apply"].click()
+    tuner.buttons["measure"].click()
+    assert tuner.wait(20)
+    points = tuner.points
+    assert len(points) == 2 and points["config"].nunique() == 2  # two configs, both on the plot
+    assert list(points["concurrency"]) == [1, 2]
+    assert markers(tuner) == 2
+    assert len(tuner.figure.axes[0].get_legend().get_texts()) == 2
+    assert "<table" in tuner.table.value
+
+
+def test_request_rate_load(server):
+    tuner = make_tuner(server)
+    tuner.controls["load"].value = "request rate"
+    tuner.controls["request_rate"].value = 200.0
+    tuner.buttons["measure"].click()
+    assert tuner.wait(20)
+    assert tuner.points["request_rate"].iloc[0] == 200.0, status(tuner)
+
+
+def test_a_second_click_while_running_is_ignored(server, calls):
+    tuner = make_tuner(server)
+    tuner.buttons["measure"].click()
+    tuner.buttons["measure"].click()
+    assert "busy" in status(tuner) and "ignored" in status(tuner)
+    tuner.buttons["sweep"].click()
+    tuner.buttons["apply"].click()
+    assert "ignored" in status(tuner)
+    assert tuner.wait(20)
+    assert len(calls) == 1 and len(tuner.points) == 1
+
+
+def test_sweep_adds_points_as_they_come_and_restores(server):
+    tuner = make_tuner(server)
+    tuner.controls["sweep_delays"].value = "0,500"
+    tuner.controls["sweep_instances"].value = "1,2"
+    tuner.buttons["sweep"].click()
+    assert tuner.busy
+    assert tuner.wait(30)
+    points = tuner.points
+    assert len(points) == 4, status(tuner)
+    assert set(points["source"]) == {"sweep"} and points["config"].nunique() == 4
+    assert markers(tuner) == 4
+    assert tuner.progress.value == 4 and "sweep done" in status(tuner)
+    config = server.model_config("scale")  # the original config is back
+    assert config.dynamic_batching.max_queue_delay_microseconds == 2000 and config.instance_group[0].count == 1
+
+    tuner.buttons["save"].click()  # the sweep's best
+    best = tuner.result.recommended
+    written = load_config(server.repository / "scale" / "config.pbtxt")
+    assert written.dynamic_batching.max_queue_delay_microseconds == best["max_queue_delay_microseconds"]
+    assert written.instance_group[0].count == best["instance_count"]
+    assert str(server.repository / "scale" / "config.pbtxt") in status(tuner)
+
+
+def test_save_config_writes_the_knobs_in_force(server):
+    tuner = make_tuner(server)
+    tuner.controls["max_queue_delay_microseconds"].value = 300
+    tuner.controls["preferred_batch_size"].value = "4,8"
+    tuner.controls["instance_count"].value = 3
+    tuner.buttons["apply"].click()
+    tuner.buttons["save"].click()
+    path = server.repository / "scale" / "config.pbtxt"
+    assert str(path) in status(tuner)
+    written = load_config(path)
+    assert written.dynamic_batching.max_queue_delay_microseconds == 300
+    assert list(written.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert written.instance_group[0].count == 3
+    assert written.parameters["factor"].string_value == "2.0"  # the rest of the file is kept
+
+
+@pytest.mark.parametrize(("control", "value", "message"), [
+    ("preferred_batch_size", "a,b", r"preferred sizes: 'a' is not a whole number"),
+    ("preferred_batch_size", "16", r"preferred sizes \[16\] exceed the max batch size 8"),
+    ("sweep_instances", "0", r"sweep instances: 0 must be >= 1"),
+])
+def test_bad_values_show_one_line_and_raise_nothing(server, control, value, message):
+    import re
+
+    tuner = make_tuner(server)
+    tuner.controls[control].value = value
+    tuner.buttons["sweep" if control.startswith("sweep") else "apply"].click()
+    assert tuner.wait(5)
+    assert re.search(message, status(tuner)) and "error" in status(tuner)
+    assert "\n" not in status(tuner)
+    assert server.model_config("scale").dynamic_batching.max_queue_delay_microseconds == 2000  # unchanged
+
+
+def test_max_batch_size_cannot_go_over_the_models_limit(server):
+    tuner = make_tuner(server)
+    tuner.controls["max_batch_size"].value = 64  # the slider stops at the limit
+    assert tuner.controls["max_batch_size"].value == 8
+    tuner.controls["max_batch_size"].value = 4
+    tuner.controls["preferred_batch_size"].value = "8"
+    tuner.buttons["apply"].click()
+    assert "exceed the max batch size 4" in status(tuner)
+    tuner.controls["preferred_batch_size"].value = "4"
+    tuner.buttons["apply"].click()
+    assert server.model_config("scale").max_batch_size == 4
+
+
+def test_errors_in_the_thread_reach_the_status(server, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the load generator fell over\nsecond line")
+
+    monkeypatch.setattr(widgets_module, "measure", broken)
+    tuner = make_tuner(server)
+    tuner.buttons["measure"].click()
+    assert tuner.wait(5)
+    assert "error: the load generator fell over" in status(tuner) and "second line" not in status(tuner)
+    assert tuner.points.empty
+
+
+def test_an_ensemble_tunes_its_last_step(tmp_path):
+    write_scale_model(tmp_path, name="first")
+    write_scale_model(tmp_path, name="second")
+    (tmp_path / "pipe" / "1").mkdir(parents=True)
+    (tmp_path / "pipe" / "config.pbtxt").write_text("""
+name: "pipe"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [
+  { model_name: "first" model_version: -1 input_map { key: "X" value: "X" } output_map { key: "Y" value: "mid" } },
+  { model_name: "second" model_version: -1 input_map { key: "X" value: "mid" } output_map { key: "Y" value: "Y" } }
+] }
+""")
+    with serve(tmp_path, http_port=0) as server:
+        tuner = Tuner(server, "pipe")
+        assert tuner.tuned_model == "second"
+        assert list(tuner.controls["protocol"].options) == ["inprocess", "http"]
+        assert Tuner(server, "pipe", tuned_model="first").tuned_model == "first"
+        tuner.controls["max_queue_delay_microseconds"].value = 50
+        tuner.buttons["apply"].click()
+        assert server.model_config("second").dynamic_batching.max_queue_delay_microseconds == 50
+        assert server.model_config("first").dynamic_batching.max_queue_delay_microseconds == 2000
+        for name, value in FAST.items():
+            tuner.controls[name].value = value
+        tuner.controls["protocol"].value = "http"
+        tuner.buttons["measure"].click()
+        assert tuner.wait(30)
+        assert tuner.points["protocol"].iloc[0] == "http", status(tuner)

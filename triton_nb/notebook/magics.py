@@ -1,0 +1,714 @@
+"""IPython magics: ``%load_ext triton_nb``, then ``%triton``, ``%%triton_infer`` and ``%triton_perf``.
+
+* ``%triton start [REPO] [--http-port P] [--grpc-port P] [--metrics-port P] [--model-control-mode M]``,
+  ``%triton stop``, ``%triton status``, ``%triton load|unload|reload MODEL [--config JSON]``,
+  ``%triton config MODEL`` (the effective ``config.pbtxt``);
+* ``%%triton_infer MODEL [--url URL] [--protocol inprocess|http|grpc] [--version V] [--out VAR]
+  [--format auto|csv|json|python] [--binary]``: the cell is the request (CSV rows with a header, JSON
+  records, a KServe v2 body, or a Python expression giving a DataFrame or a dict); the answer is a
+  DataFrame of inputs and outputs, with the latency and the server's queue/compute breakdown;
+* ``%triton_perf MODEL --concurrency-range 1:32:2 [...]``: :func:`triton_nb.perf.measure` with its
+  throughput-vs-latency plot.
+
+Settings are traitlets config: ``%config TritonMagics.protocol = "grpc"``, ``TritonMagics.url``,
+``TritonMagics.server_variable`` (the name of a variable holding an ``InferenceServer`` to use
+instead of the one ``%triton start`` started) and ``TritonMagics.model_repository``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Unicode
+
+from triton_nb.errors import TritonNBError
+
+__all__ = ["TritonMagics", "load_ipython_extension", "unload_ipython_extension"]
+
+PROTOCOLS = ("inprocess", "http", "grpc")
+FORMATS = ("auto", "csv", "json", "python")
+FRAUD_OUTPUT = "predictions"
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _usage(message: object) -> UsageError:
+    return UsageError(_one_line(message))
+
+
+def _remote_error(exc: BaseException) -> UsageError:
+    message = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
+    return _usage(message or type(exc).__name__)
+
+
+# ---------------------------------------------------------------------- model config helpers
+
+
+def _datatype(spec: Mapping[str, Any]) -> str:
+    """Triton's wire datatype ("FP32", "BYTES") of a config tensor in JSON form."""
+    name = str(spec.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def _dims(spec: Mapping[str, Any]) -> list[int]:
+    return [int(d) for d in spec.get("dims", [])]
+
+
+def _numpy_dtype(datatype: str) -> Any:
+    from tritonclient.utils import triton_to_np_dtype
+
+    return np.dtype(object) if datatype == "BYTES" else np.dtype(triton_to_np_dtype(datatype))
+
+
+def _composing(config: Mapping[str, Any]) -> list[str]:
+    steps = (config.get("ensemble_scheduling") or {}).get("step") or []
+    return [step["model_name"] for step in steps if step.get("model_name")]
+
+
+def _to_bytes(values: np.ndarray) -> np.ndarray:
+    def one(value: Any) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return b""
+        return str(value).encode("utf-8")
+
+    flat = np.empty(np.size(values), dtype=object)
+    flat[:] = [one(v) for v in np.asarray(values, dtype=object).reshape(-1)]
+    return flat.reshape(np.shape(values))
+
+
+def _convert(values: Any, datatype: str, what: str) -> np.ndarray:
+    array = np.asarray(values, dtype=object) if datatype == "BYTES" else np.asarray(values)
+    if datatype == "BYTES":
+        return _to_bytes(array)
+    dtype = _numpy_dtype(datatype)
+    if array.dtype == dtype:
+        return array
+    try:
+        if array.dtype.kind in "OUS" and dtype.kind in "iuf":
+            array = pd.to_numeric(pd.Series(array.reshape(-1)), errors="raise").to_numpy().reshape(array.shape)
+        return array.astype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise _usage(f"{what} cannot become {datatype}: {exc}") from None
+
+
+def _shaped(array: np.ndarray, dims: list[int], batching: bool, what: str) -> np.ndarray:
+    """Give ``array`` the request shape: a batch dimension first when the model batches."""
+    if batching and array.ndim == len(dims) and all(d > 0 for d in dims):
+        array = array.reshape([-1, *dims])
+    elif batching and array.ndim == 1 and dims == [1]:
+        array = array.reshape(-1, 1)
+    expected = len(dims) + (1 if batching else 0)
+    if array.ndim != expected:
+        raise _usage(f"{what} has shape {list(array.shape)}; the model expects {'[-1] + ' if batching else ''}{dims}")
+    return array
+
+
+def _frame_arrays(config: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A DataFrame's columns as the model's inputs: ``NAME`` (scalars or lists per row) or
+    ``NAME_0..k`` for an input with several values per row."""
+    if len(frame) == 0:
+        raise _usage("the input has no rows")
+    batching = int(config.get("max_batch_size", 0)) > 0
+    arrays = {}
+    for spec in config.get("input", []):
+        name, datatype, dims = spec["name"], _datatype(spec), _dims(spec)
+        if name in frame.columns:
+            column = frame[name]
+            first = column.iloc[0]
+            values = (np.stack([np.asarray(v) for v in column]) if isinstance(first, list | tuple | np.ndarray)
+                      else column.to_numpy())
+        else:
+            width = math.prod(dims) if dims and all(d > 0 for d in dims) else 0
+            parts = [f"{name}_{i}" for i in range(width)]
+            if width and all(p in frame.columns for p in parts):
+                values = frame[parts].to_numpy()
+            elif spec.get("optional"):
+                continue
+            else:
+                close = difflib.get_close_matches(name, [str(c) for c in frame.columns], n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise _usage(f"the input has no column '{name}' for model '{config.get('name')}'{hint}")
+        array = _convert(values, datatype, f"column '{name}'")
+        arrays[name] = _shaped(array, dims, batching, f"column '{name}'")
+    return arrays
+
+
+def _dict_arrays(config: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    specs = {spec["name"]: spec for spec in config.get("input", [])}
+    batching = int(config.get("max_batch_size", 0)) > 0
+    arrays = {}
+    for name, value in data.items():
+        spec = specs.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(str(name), list(specs), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise _usage(f"model '{config.get('name')}' has no input '{name}'{hint}")
+        array = _convert(value, _datatype(spec), f"input '{name}'")
+        arrays[name] = _shaped(array, _dims(spec), batching, f"input '{name}'")
+    return arrays
+
+
+def _v2_arrays(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    inputs = body.get("inputs")
+    if not isinstance(inputs, list):
+        raise _usage('a KServe v2 request body needs "inputs": a list of tensors')
+    arrays = {}
+    for tensor in inputs:
+        try:
+            name, datatype, shape, data = tensor["name"], tensor["datatype"], tensor["shape"], tensor["data"]
+        except (KeyError, TypeError):
+            raise _usage('each v2 input needs "name", "datatype", "shape" and "data"') from None
+        try:
+            array = _convert(np.asarray(data, dtype=object if datatype == "BYTES" else None).reshape(-1),
+                             datatype, f"input '{name}'").reshape([int(d) for d in shape])
+        except ValueError as exc:
+            raise _usage(f"input '{name}': {exc}") from None
+        arrays[name] = array
+    return arrays
+
+
+def _table(arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Tensors as columns: one per value per row (``name`` or ``name_0..k``), bytes decoded."""
+    columns: dict[str, Any] = {}
+    for name, array in arrays.items():
+        values = np.asarray(array)
+        if values.dtype == object:
+            values = np.vectorize(lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else v,
+                                  otypes=[object])(values) if values.size else values
+        if values.ndim == 0:
+            values = values.reshape(1)
+        if values.ndim == 1:
+            columns[name] = values
+        elif values.ndim == 2 and values.shape[1] == 1:
+            columns[name] = values[:, 0]
+        elif values.ndim == 2:
+            for i in range(values.shape[1]):
+                columns[f"{name}_{i}"] = values[:, i]
+        else:
+            columns[name] = list(values)
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        return pd.concat([pd.Series(v, name=k) for k, v in columns.items()], axis=1)
+    return pd.DataFrame(columns)
+
+
+def _fraud_columns(outputs: Mapping[str, np.ndarray]) -> pd.DataFrame | None:
+    """The fraud ensemble's answer, labelled: classes {0,1} become FRAUD / NOT FRAUD; otherwise
+    the values are probabilities (predict_proba: the fraud column), labelled at 0.5."""
+    values = outputs.get(FRAUD_OUTPUT)
+    if values is None:
+        return None
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 2 and array.shape[1] == 2:
+        array = array[:, 1]
+    array = array.reshape(len(array), -1)[:, 0] if array.ndim > 1 else array.reshape(-1)
+    if np.isin(array, (0.0, 1.0)).all():
+        return pd.DataFrame({"label": np.where(array >= 0.5, "FRAUD", "NOT FRAUD")})
+    return pd.DataFrame({"fraud_probability": array, "label": np.where(array >= 0.5, "FRAUD", "NOT FRAUD")})
+
+
+def _stat_totals(statistics: Mapping[str, Any], names: list[str]) -> dict[str, int]:
+    totals = dict.fromkeys(("requests", "queue", "compute_input", "compute_infer", "compute_output"), 0)
+    for entry in statistics.get("model_stats", []):
+        if entry.get("name") not in names:
+            continue
+        stats = entry.get("inference_stats", {})
+        totals["requests"] += int(stats.get("success", {}).get("count", 0))
+        for key in ("queue", "compute_input", "compute_infer", "compute_output"):
+            totals[key] += int(stats.get(key, {}).get("ns", 0))
+    return totals
+
+
+def _parse_range(text: str) -> str:
+    parts = text.split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts):
+        raise _usage(f"--concurrency-range must be start[:end[:step]] in whole numbers, got {text!r}")
+    return text
+
+
+# ---------------------------------------------------------------------- the targets
+
+
+class _InKernel:
+    """Requests through the in-process client of an in-kernel server."""
+
+    protocol = "inprocess"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def models(self) -> list[str]:
+        return sorted({entry["name"] for entry in self.server.repository_index()})
+
+    def config(self, model: str, version: str) -> dict[str, Any]:
+        return self.server.model_config_json(model, int(version) if version else -1)
+
+    def statistics(self, names: list[str]) -> dict[str, Any]:
+        return self.server.statistics()
+
+    def infer(self, model: str, version: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict:
+        result = self.server.client().infer(model, arrays, model_version=version)
+        return dict(result.response.outputs)
+
+    def close(self) -> None:
+        pass
+
+
+class _Remote:
+    """Requests with tritonclient over HTTP or gRPC."""
+
+    def __init__(self, protocol: str, url: str, binary: bool) -> None:
+        self.protocol = protocol
+        self.binary = binary
+        if protocol == "http":
+            import tritonclient.http as module
+        else:
+            import tritonclient.grpc as module
+        self.module = module
+        try:
+            self.client = module.InferenceServerClient(url)
+        except Exception as exc:
+            raise _remote_error(exc) from None
+
+    def models(self) -> list[str]:
+        index = self.client.get_model_repository_index(**({} if self.protocol == "http" else {"as_json": True}))
+        if isinstance(index, Mapping):
+            index = index.get("models", [])
+        return sorted({entry["name"] for entry in index})
+
+    def config(self, model: str, version: str) -> dict[str, Any]:
+        if self.protocol == "http":
+            return self.client.get_model_config(model, version)
+        return self.client.get_model_config(model, version, as_json=True)["config"]
+
+    def statistics(self, names: list[str]) -> dict[str, Any]:
+        merged: dict[str, Any] = {"model_stats": []}
+        for name in names:
+            stats = (self.client.get_inference_statistics(name) if self.protocol == "http"
+                     else self.client.get_inference_statistics(name, as_json=True))
+            merged["model_stats"].extend(stats.get("model_stats", []))
+        return merged
+
+    def infer(self, model: str, version: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict:
+        from tritonclient.utils import np_to_triton_dtype
+
+        inputs = []
+        for name, array in arrays.items():
+            tensor = self.module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            if self.protocol == "http":
+                tensor.set_data_from_numpy(array, binary_data=self.binary)
+            else:
+                tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        requested = [self.module.InferRequestedOutput(name, binary_data=self.binary) if self.protocol == "http"
+                     else self.module.InferRequestedOutput(name) for name in outputs]
+        result = self.client.infer(model, inputs, model_version=version, outputs=requested or None)
+        return {name: result.as_numpy(name) for name in outputs}
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # closing is best effort
+            pass
+
+
+# ---------------------------------------------------------------------- the magics
+
+
+@magics_class
+class TritonMagics(Magics):
+    """``%triton``, ``%%triton_infer`` and ``%triton_perf`` (see the module's docstring)."""
+
+    protocol = Unicode("inprocess", help="Default protocol of %%triton_infer and %triton_perf: "
+                                         "inprocess, http or grpc.").tag(config=True)
+    url = Unicode("", help="Default host:port of a remote server (empty: the in-kernel server).").tag(config=True)
+    server_variable = Unicode("", help="Name of a user variable holding the InferenceServer to use, instead "
+                                       "of the one %triton start started.").tag(config=True)
+    model_repository = Unicode("model_repository", help="Repository %triton start serves when given none."
+                               ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.server: Any = None
+
+    # ------------------------------------------------------------------ helpers
+    def _server(self) -> Any:
+        from triton_nb.server.core import InferenceServer
+
+        if self.server_variable:
+            if self.server_variable not in self.shell.user_ns:
+                raise _usage(f"TritonMagics.server_variable names '{self.server_variable}', which is not defined")
+            server = self.shell.user_ns[self.server_variable]
+            if not isinstance(server, InferenceServer):
+                raise _usage(f"'{self.server_variable}' is a {type(server).__name__}, not an InferenceServer")
+            return server
+        if self.server is None:
+            raise _usage("no in-kernel server: run %triton start [REPO] first, or set "
+                         "%config TritonMagics.server_variable = 'name'")
+        return self.server
+
+    def _target(self, url: str | None, protocol: str | None, binary: bool = False) -> Any:
+        protocol = protocol or self.protocol
+        url = url if url is not None else self.url
+        if protocol not in PROTOCOLS:
+            raise _usage(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if url:
+            return _Remote("http" if protocol == "inprocess" else protocol, url, binary)
+        server = self._server()
+        if protocol == "inprocess":
+            return _InKernel(server)
+        endpoint = server.endpoints.get(protocol)
+        if endpoint is None:
+            raise _usage(f"the in-kernel server has no {protocol} endpoint: start it with --{protocol}-port 0")
+        return _Remote(protocol, endpoint, binary)
+
+    @staticmethod
+    def _check_model(name: str, known: list[str]) -> None:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise _usage(f"unknown model '{name}'{hint}; the repository has: {', '.join(known) or 'nothing'}")
+
+    def _status(self, server: Any) -> pd.DataFrame:
+        served = {}
+        for entry in server.statistics().get("model_stats", []):
+            served[(entry["name"], entry["version"])] = int(entry["inference_stats"]["success"]["count"])
+        rows = []
+        for entry in server.repository_index():
+            name, version, state = entry["name"], entry.get("version", ""), entry.get("state", "")
+            try:
+                depth: Any = server.queue_depth(name, int(version)) if state == "READY" else math.nan
+            except TritonNBError:
+                depth = math.nan
+            rows.append({"model": name, "version": version, "state": state or "NOT LOADED",
+                         "reason": entry.get("reason", ""), "queue_depth": depth,
+                         "requests_served": served.get((name, version), 0)})
+        return pd.DataFrame(rows, columns=["model", "version", "state", "reason", "queue_depth", "requests_served"])
+
+    # ------------------------------------------------------------------ %triton
+    @magic_arguments()
+    @argument("action", choices=["start", "stop", "status", "load", "unload", "reload", "config"],
+              help="start [REPO] | stop | status | load|unload|reload MODEL [--config JSON] | config MODEL")
+    @argument("target", nargs="?", default=None, help="the repository (start) or the model")
+    @argument("--http-port", type=int, default=None, help="start: serve HTTP on this port (0: a free one)")
+    @argument("--grpc-port", type=int, default=None, help="start: serve gRPC on this port (0: a free one)")
+    @argument("--metrics-port", type=int, default=None, help="start: serve metrics on this port (0: a free one)")
+    @argument("--model-control-mode", default="explicit", choices=["none", "explicit", "poll"],
+              help="start: Triton's model control mode")
+    @argument("--config", default=None, help="load/reload: a config override, as Triton's JSON")
+    @line_magic
+    def triton(self, line: str) -> Any:
+        """Start, stop and inspect the in-kernel Triton server; load, unload and reload its models."""
+        args = parse_argstring(self.triton, line)
+        try:
+            return getattr(self, f"_triton_{args.action}")(args)
+        except TritonNBError as exc:
+            raise _usage(exc) from None
+
+    def _triton_start(self, args: Any) -> Any:
+        from triton_nb.server.core import serve
+
+        if self.server is not None:
+            raise _usage("a server is already running: %triton stop first")
+        repository = args.target or self.model_repository
+        self.server = serve(repository, model_control_mode=args.model_control_mode, http_port=args.http_port,
+                            grpc_port=args.grpc_port, metrics_port=args.metrics_port)
+        self.shell.user_ns["triton_server"] = self.server
+        endpoints = ", ".join(f"{k} {v}" for k, v in self.server.endpoints.items()) or "in-process only"
+        print(f"triton_nb server on {repository} ({endpoints}); it is `triton_server`")
+        return self._status(self.server)
+
+    def _triton_stop(self, args: Any) -> None:
+        if self.server is None:
+            raise _usage("no server started with %triton start is running")
+        self.server.stop()
+        if self.shell.user_ns.get("triton_server") is self.server:
+            del self.shell.user_ns["triton_server"]
+        self.server = None
+        print("triton_nb server stopped")
+
+    def _triton_status(self, args: Any) -> pd.DataFrame:
+        return self._status(self._server())
+
+    def _model_arg(self, args: Any, server: Any) -> str:
+        if not args.target:
+            raise _usage(f"%triton {args.action} needs a model name")
+        self._check_model(args.target, sorted({entry["name"] for entry in server.repository_index()}))
+        return args.target
+
+    def _triton_load(self, args: Any) -> pd.DataFrame:
+        server = self._server()
+        name = self._model_arg(args, server)
+        if args.config is not None:
+            try:
+                json.loads(args.config)
+            except json.JSONDecodeError as exc:
+                raise _usage(f"--config is not valid JSON: {exc}") from None
+        started = time.perf_counter()
+        server.load_model(name, config=args.config)
+        print(f"{'reloaded' if args.action == 'reload' else 'loaded'} '{name}' in "
+              f"{time.perf_counter() - started:.2f} s")
+        return self._status(server)
+
+    _triton_reload = _triton_load
+
+    def _triton_unload(self, args: Any) -> pd.DataFrame:
+        server = self._server()
+        name = self._model_arg(args, server)
+        server.unload_model(name)
+        print(f"unloaded '{name}'")
+        return self._status(server)
+
+    def _triton_config(self, args: Any) -> None:
+        from triton_nb.repository.config import format_config
+
+        server = self._server()
+        name = self._model_arg(args, server)
+        print(format_config(server.model_config(name)), end="")
+
+    # ------------------------------------------------------------------ %%triton_infer
+    @magic_arguments()
+    @argument("model", help="the model to run")
+    @argument("--url", default=None, help="host:port of a remote server (default: the in-kernel server)")
+    @argument("--protocol", default=None, choices=list(PROTOCOLS), help="default: TritonMagics.protocol")
+    @argument("--version", default="", help="the model version (default: the latest)")
+    @argument("--out", default=None, help="also store the result DataFrame in this variable")
+    @argument("--format", default="auto", choices=list(FORMATS),
+              help="the cell: CSV with a header, JSON (records or a KServe v2 body) or a Python expression")
+    @argument("--binary", action="store_true", help="http: binary tensors instead of JSON")
+    @cell_magic
+    def triton_infer(self, line: str, cell: str) -> pd.DataFrame:
+        """Run one inference; the cell is the request. Returns the inputs and outputs as a DataFrame."""
+        args = parse_argstring(self.triton_infer, line)
+        target = self._target(args.url, args.protocol, args.binary)
+        try:
+            return self._infer(target, args, cell)
+        except UsageError:
+            raise
+        except TritonNBError as exc:
+            raise _usage(exc) from None
+        except Exception as exc:
+            if type(exc).__module__.startswith("tritonclient"):
+                raise _remote_error(exc) from None
+            raise
+        finally:
+            target.close()
+
+    def _infer(self, target: Any, args: Any, cell: str) -> pd.DataFrame:
+        model, version = args.model, str(args.version)
+        self._check_model(model, target.models())
+        config = target.config(model, version)
+        shown, arrays = self._request(config, cell, args.format)
+        outputs = [spec["name"] for spec in config.get("output", [])]
+        names = _composing(config) or [model]
+        before = self._safe_stats(target, names)
+        started = time.perf_counter()
+        result = target.infer(model, version, arrays, outputs)
+        latency_ms = (time.perf_counter() - started) * 1e3
+        after = self._safe_stats(target, names)
+        answer = _table({name: result[name] for name in outputs if result.get(name) is not None})
+        fraud = _fraud_columns(result)
+        if fraud is not None:
+            answer = pd.concat([answer, fraud], axis=1)
+        shown = shown.reset_index(drop=True)
+        answer = answer.rename(columns={c: f"{c} (output)" for c in answer.columns if c in shown.columns})
+        frame = pd.concat([shown, answer.reset_index(drop=True)], axis=1)
+        timing: dict[str, Any] = {"model": model, "protocol": target.protocol, "latency_ms": latency_ms}
+        summary = f"{model} via {target.protocol}: {len(frame)} row(s), latency {latency_ms:.2f} ms"
+        if before is not None and after is not None:
+            delta = {k: after[k] - before[k] for k in after}
+            timing.update({f"server_{k}_ms": delta[k] / 1e6 for k in delta if k != "requests"})
+            compute = delta["compute_input"] + delta["compute_infer"] + delta["compute_output"]
+            summary += (f" | server: queue {delta['queue'] / 1e6:.3f} ms, compute {compute / 1e6:.3f} ms "
+                        f"(input {delta['compute_input'] / 1e6:.3f}, infer {delta['compute_infer'] / 1e6:.3f}, "
+                        f"output {delta['compute_output'] / 1e6:.3f})")
+        frame.attrs["triton"] = timing
+        print(summary)
+        if args.out:
+            self.shell.user_ns[args.out] = frame
+        return frame
+
+    @staticmethod
+    def _safe_stats(target: Any, names: list[str]) -> dict[str, int] | None:
+        try:
+            return _stat_totals(target.statistics(names), names)
+        except Exception:  # the breakdown is extra: a server without statistics still answers
+            return None
+
+    def _request(self, config: Mapping[str, Any], cell: str, fmt: str) -> tuple[pd.DataFrame, dict]:
+        """(the inputs to show, the tensors to send) from the cell."""
+        body = cell.strip()
+        if not body:
+            raise _usage("the cell is empty: give CSV rows with a header, JSON or a Python expression")
+        if fmt == "auto":
+            fmt = self._detect(body)
+        if fmt == "json":
+            try:
+                data = json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise _usage(f"the cell is not valid JSON: {exc}") from None
+            return self._from_json(config, data)
+        if fmt == "python":
+            try:
+                value = eval(compile(body, "<triton_infer>", "eval"), self.shell.user_ns)  # the user's own cell
+            except SyntaxError as exc:
+                raise _usage(f"the cell is not a Python expression: {exc.msg} (line {exc.lineno})") from None
+            except Exception as exc:
+                raise _usage(f"the expression raised {type(exc).__name__}: {exc}") from None
+            if isinstance(value, pd.DataFrame):
+                return value, _frame_arrays(config, value)
+            if isinstance(value, Mapping):
+                arrays = _dict_arrays(config, value)
+                return _table(arrays), arrays
+            raise _usage(f"the expression gives a {type(value).__name__}; a DataFrame or a dict is needed")
+        return self._from_csv(config, body)
+
+    @staticmethod
+    def _detect(body: str) -> str:
+        if body[0] in "[{":
+            try:
+                json.loads(body)
+                return "json"
+            except json.JSONDecodeError:
+                try:
+                    ast.parse(body, mode="eval")
+                    return "python"
+                except SyntaxError:
+                    return "json"  # reported as malformed JSON
+        try:
+            ast.parse(body, mode="eval")
+            return "python"
+        except SyntaxError:
+            return "csv"
+
+    @staticmethod
+    def _from_json(config: Mapping[str, Any], data: Any) -> tuple[pd.DataFrame, dict]:
+        if isinstance(data, Mapping) and "inputs" in data:
+            arrays = _v2_arrays(data)
+            return _table(arrays), arrays
+        if isinstance(data, Mapping):
+            data = [data]
+        if not isinstance(data, list) or not all(isinstance(r, Mapping) for r in data):
+            raise _usage('JSON input must be a list of records (objects) or a KServe v2 body {"inputs": [...]}')
+        frame = pd.DataFrame(data)
+        return frame, _frame_arrays(config, frame)
+
+    @staticmethod
+    def _from_csv(config: Mapping[str, Any], body: str) -> tuple[pd.DataFrame, dict]:
+        try:
+            frame = pd.read_csv(io.StringIO(body), dtype=str, keep_default_na=False, skipinitialspace=True)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+            raise _usage(f"the cell is not valid CSV: {exc}") from None
+        if len(frame) == 0:
+            raise _usage("the CSV has a header but no rows")
+        # numbers for the numeric inputs (User, Card...), text as written for the rest (Zip, MCC...)
+        shown = frame.copy()
+        for spec in config.get("input", []):
+            if _datatype(spec) != "BYTES":
+                for column in [c for c in frame.columns if c == spec["name"] or c.startswith(spec["name"] + "_")]:
+                    try:
+                        shown[column] = pd.to_numeric(frame[column].replace("", np.nan))
+                    except (TypeError, ValueError):
+                        raise _usage(f"CSV column '{column}' must be numbers for {_datatype(spec)}, got "
+                                     f"{frame[column].tolist()[:3]}") from None
+        return shown, _frame_arrays(config, shown)
+
+    # ------------------------------------------------------------------ %triton_perf
+    @magic_arguments()
+    @argument("model", help="the model to measure")
+    @argument("--concurrency-range", default="1:8:2", help="perf_analyzer's start:end:step")
+    @argument("--url", default=None, help="host:port of a remote server (default: the in-kernel server)")
+    @argument("--protocol", default=None, choices=list(PROTOCOLS), help="default: TritonMagics.protocol")
+    @argument("--measurement-interval", type=int, default=5000, help="milliseconds per measurement window")
+    @argument("--input-data", default=None, help="random, zero, fraud or a JSON file (default: fraud for the fraud "
+                                                 "ensemble's inputs, else random)")
+    @argument("--rows-per-request", type=int, default=1, help="rows in each request")
+    @argument("--out", default=None, help="also store the results DataFrame in this variable")
+    @line_magic
+    def triton_perf(self, line: str) -> pd.DataFrame:
+        """Measure throughput and latency (perf_analyzer's way) and plot throughput against latency."""
+        from IPython.display import display
+
+        from triton_nb import perf
+
+        args = parse_argstring(self.triton_perf, line)
+        concurrency = _parse_range(args.concurrency_range)
+        protocol = args.protocol or self.protocol
+        url = args.url if args.url is not None else self.url
+        if url:
+            target: Any = url
+            protocol = "http" if protocol == "inprocess" else protocol
+            input_data = args.input_data or "random"
+        else:
+            target = self._server()
+            self._check_model(args.model, sorted({entry["name"] for entry in target.repository_index()}))
+            input_data = args.input_data or self._default_input_data(target, args.model)
+        try:
+            results = perf.measure(target, args.model, concurrency_range=concurrency, protocol=protocol,
+                                   input_data=input_data, rows_per_request=args.rows_per_request,
+                                   measurement_interval_ms=args.measurement_interval)
+        except TritonNBError as exc:
+            raise _usage(exc) from None
+        figure = perf.plot_throughput_vs_latency(results)
+        display(figure)
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+        if args.out:
+            self.shell.user_ns[args.out] = results
+        return results
+
+    @staticmethod
+    def _default_input_data(server: Any, model: str) -> str:
+        from triton_nb.fraud import RAW_INPUT_COLUMNS
+
+        try:
+            names = {spec["name"] for spec in server.model_config_json(model).get("input", [])}
+        except TritonNBError:
+            return "random"
+        return "fraud" if names == set(RAW_INPUT_COLUMNS) else "random"
+
+    # ------------------------------------------------------------------ teardown
+    def stop(self) -> None:
+        """Stop the server ``%triton start`` started, if any."""
+        if self.server is not None:
+            self.server.stop()
+            if self.shell is not None and self.shell.user_ns.get("triton_server") is self.server:
+                del self.shell.user_ns["triton_server"]
+            self.server = None
+
+
+def _registered(ipython: Any) -> TritonMagics | None:
+    return next((c for c in getattr(ipython, "configurables", []) if isinstance(c, TritonMagics)), None)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register :class:`TritonMagics` once (loading again changes nothing)."""
+    if _registered(ipython) is not None or "TritonMagics" in ipython.magics_manager.registry:
+        return
+    magics = TritonMagics(shell=ipython)
+    ipython.register_magics(magics)
+    ipython.configurables.append(magics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Stop the server ``%triton start`` started (the magics stay registered, as IPython has no way back)."""
+    magics = _registered(ipython) or ipython.magics_manager.registry.get("TritonMagics")
+    if magics is not None:
+        magics.stop()
