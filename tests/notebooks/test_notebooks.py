@@ -1,0 +1,55 @@
+"""The step-through notebooks run top to bottom on a fresh kernel, with small sizes chosen through
+their parameters' environment variables, and leave no server or thread behind (each notebook that
+starts a server checks that in its last cell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("notebooks")
+
+
+def run(name: str, workdir: Path, monkeypatch) -> nbformat.NotebookNode:
+    monkeypatch.setenv("TRITON_NB_NOTEBOOK_ROWS", "6000")
+    monkeypatch.setenv("TRITON_NB_NOTEBOOK_ROUNDS", "15")
+    monkeypatch.setenv("TRITON_NB_NOTEBOOK_DIR", str(workdir / "work"))
+    monkeypatch.setenv("TRITON_NB_NOTEBOOK_QUICK", "1")
+    book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = NotebookClient(book, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(workdir)}})
+    client.execute()
+    return book
+
+
+def outputs(book: nbformat.NotebookNode) -> str:
+    text = []
+    for cell in book.cells:
+        for output in cell.get("outputs", []):
+            text.append(output.get("text", ""))
+            text.append(str(output.get("data", {}).get("text/plain", "")))
+    return "\n".join(text)
+
+
+# in order: each notebook starts from what the one before saved
+def test_01_train(workdir, monkeypatch):
+    book = run("01_train_fraud_model.ipynb", workdir, monkeypatch)
+    assert (workdir / "work" / "model" / "xgboost.json").is_file()
+    assert any("image/png" in o.get("data", {})
+               for cell in book.cells for o in cell.get("outputs", []))  # the evaluation plots
+
+
+def test_02_export(workdir, monkeypatch):
+    book = run("02_export_model_repository.ipynb", workdir, monkeypatch)
+    repository = workdir / "work" / "model_repository"
+    assert {p.name for p in repository.iterdir()} >= {"preprocessing", "fil", "ensemble"}
+    assert (workdir / "work" / "model.tar.gz").is_file()
+    assert "backend: \"fil\"" in outputs(book)
