@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import sys
 import threading
 import time
@@ -12,12 +14,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
-from scale_models import write_scale_model  # noqa: E402
+from scale_models import write_scale_model
 
-from triton_nb.notebook import widgets as widgets_module  # noqa: E402
-from triton_nb.repository.config import load_config  # noqa: E402
-from triton_nb.server.core import serve  # noqa: E402
-from triton_nb.widgets import Tuner  # noqa: E402
+from triton_nb.notebook import widgets as widgets_module
+from triton_nb.repository.config import load_config
+from triton_nb.server.core import serve
+from triton_nb.widgets import Tuner
 
 FAST = {"measurement_interval_ms": 150, "max_trials": 3}
 
@@ -57,7 +59,8 @@ def markers(tuner: Tuner) -> int:
 
 
 def status(tuner: Tuner) -> str:
-    return tuner.status.value
+    assert html.escape(tuner.message) in tuner.status.value  # the widget shows the same line
+    return tuner.message
 
 
 def test_the_panel_shows_the_models_knobs_and_displays_itself(server):
@@ -185,8 +188,6 @@ def test_save_config_writes_the_knobs_in_force(server):
     ("sweep_instances", "0", r"sweep instances: 0 must be >= 1"),
 ])
 def test_bad_values_show_one_line_and_raise_nothing(server, control, value, message):
-    import re
-
     tuner = make_tuner(server)
     tuner.controls[control].value = value
     tuner.buttons["sweep" if control.startswith("sweep") else "apply"].click()
@@ -251,3 +252,28 @@ ensemble_scheduling { step [
         tuner.buttons["measure"].click()
         assert tuner.wait(30)
         assert tuner.points["protocol"].iloc[0] == "http", status(tuner)
+
+
+def test_fil_engine_options_reload_the_model(tmp_path, monkeypatch):
+    xgb = pytest.importorskip("xgboost")
+    from triton_nb.repository.export import export_tree_model
+
+    monkeypatch.setenv("TRITON_NB_FIL_COMPILE", "0")  # no background compiler in this test
+    rng = np.random.default_rng(0)
+    X = rng.random((200, 4), dtype=np.float32)
+    model = xgb.XGBClassifier(n_estimators=5, max_depth=3, n_jobs=1).fit(X, (X[:, 0] > 0.5).astype(int))
+    export_tree_model(model, tmp_path, name="trees")
+    with serve(tmp_path) as server:
+        tuner = Tuner(server, "trees")
+        assert tuner.controls["parameters.storage_type"].value == "AUTO"
+        assert "DENSE" in tuner.controls["parameters.storage_type"].options
+        tuner.controls["parameters.storage_type"].value = "DENSE"
+        tuner.controls["instance_count"].value = 2
+        tuner.buttons["apply"].click()  # a reload: in the background
+        assert tuner.wait(30)
+        config = server.model_config("trees")
+        assert config.parameters["storage_type"].string_value == "DENSE", status(tuner)
+        assert config.instance_group[0].count == 2
+        assert "storage_type=DENSE" in status(tuner)
+        tuner.buttons["save"].click()
+        assert load_config(tmp_path / "trees").parameters["storage_type"].string_value == "DENSE"

@@ -95,7 +95,7 @@ class Tuner:
 
     For code and tests: :attr:`widget` (the root VBox), :attr:`controls` and :attr:`buttons`
     (name -> widget), :attr:`points` (a DataFrame, one row per measured point), :attr:`status`,
-    :attr:`figure` and :meth:`wait`.
+    :attr:`message` (the status line as text), :attr:`figure` and :meth:`wait`.
     """
 
     def __init__(self, server: Any, model: str, *, tuned_model: str | None = None,
@@ -112,6 +112,7 @@ class Tuner:
         self._points: list[dict[str, Any]] = []
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
+        self._running = ""
         self.figure = Figure(figsize=(6.4, 3.6))
         self._build()
         self._redraw()
@@ -190,7 +191,8 @@ class Tuner:
         self.buttons["save"].on_click(self._guarded(self._on_save))
 
         self.progress = w.IntProgress(value=0, min=0, max=1, description="", layout=w.Layout(width="420px"))
-        self.status = w.HTML(value=self._html("ready"))
+        self.message = "ready"  # the status line, as plain text
+        self.status = w.HTML(value=self._html(self.message))
         self.image = w.Image(format="png", layout=w.Layout(width="600px"))
         self.table = w.HTML(value="")
         title = self.model if self.tuned_model == self.model else f"{self.model} (tuning {self.tuned_model})"
@@ -238,7 +240,8 @@ class Tuner:
         return f'<span style="color:{color}">{html.escape(message)}</span>'
 
     def _say(self, message: str, error: bool = False) -> None:
-        self.status.value = self._html(message.splitlines()[0] if message else "", error)
+        self.message = message.splitlines()[0] if message else ""
+        self.status.value = self._html(self.message, error)
 
     def _error(self, exc: BaseException) -> None:
         self._say(f"error: {_one_line(exc)}", error=True)
@@ -277,8 +280,6 @@ class Tuner:
             self.progress.bar_style = "info"
             self._thread = threading.Thread(target=run, name=f"triton-nb-tuner-{name}", daemon=True)
             self._thread.start()
-
-    _running = ""
 
     # ------------------------------------------------------------------ reading the controls
     def _knobs_from_controls(self) -> dict[str, Any]:
