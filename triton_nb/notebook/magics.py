@@ -18,6 +18,7 @@ instead of the one ``%triton start`` started) and ``TritonMagics.model_repositor
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import io
 import json
@@ -48,6 +49,13 @@ def _one_line(message: object) -> str:
 
 def _usage(message: object) -> UsageError:
     return UsageError(_one_line(message))
+
+
+def _unquote(text: str | None) -> str | None:
+    """magic_arguments keeps the quotes around an argument (``--config '{"a": 1}'``): drop them."""
+    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _remote_error(exc: BaseException) -> UsageError:
@@ -322,10 +330,8 @@ class _Remote:
         return {name: result.as_numpy(name) for name in outputs}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing is best effort
             self.client.close()
-        except Exception:  # closing is best effort
-            pass
 
 
 # ---------------------------------------------------------------------- the magics
@@ -411,11 +417,13 @@ class TritonMagics(Magics):
     @argument("--metrics-port", type=int, default=None, help="start: serve metrics on this port (0: a free one)")
     @argument("--model-control-mode", default="explicit", choices=["none", "explicit", "poll"],
               help="start: Triton's model control mode")
-    @argument("--config", default=None, help="load/reload: a config override, as Triton's JSON")
+    @argument("--config", default=None, help="load/reload: a config override: Triton's JSON (the whole config, "
+                                             "as Triton's load API), or the name of a variable holding it")
     @line_magic
     def triton(self, line: str) -> Any:
         """Start, stop and inspect the in-kernel Triton server; load, unload and reload its models."""
         args = parse_argstring(self.triton, line)
+        args.target, args.config = _unquote(args.target), _unquote(args.config)
         try:
             return getattr(self, f"_triton_{args.action}")(args)
         except TritonNBError as exc:
@@ -455,13 +463,16 @@ class TritonMagics(Magics):
     def _triton_load(self, args: Any) -> pd.DataFrame:
         server = self._server()
         name = self._model_arg(args, server)
-        if args.config is not None:
+        config: Any = args.config
+        if config is not None and config.isidentifier() and config in self.shell.user_ns:
+            config = self.shell.user_ns[config]  # --config VAR: a JSON string, a dict or a ModelConfig
+        if isinstance(config, str):
             try:
-                json.loads(args.config)
+                json.loads(config)
             except json.JSONDecodeError as exc:
-                raise _usage(f"--config is not valid JSON: {exc}") from None
+                raise _usage(f"--config is not valid JSON (nor a variable holding a config): {exc}") from None
         started = time.perf_counter()
-        server.load_model(name, config=args.config)
+        server.load_model(name, config=config)
         print(f"{'reloaded' if args.action == 'reload' else 'loaded'} '{name}' in "
               f"{time.perf_counter() - started:.2f} s")
         return self._status(server)
@@ -704,7 +715,8 @@ def load_ipython_extension(ipython: Any) -> None:
         return
     magics = TritonMagics(shell=ipython)
     ipython.register_magics(magics)
-    ipython.configurables.append(magics)
+    if magics not in ipython.configurables:  # Magics adds itself in recent IPython; %config needs it there
+        ipython.configurables.append(magics)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
