@@ -53,3 +53,21 @@ def test_02_export(workdir, monkeypatch):
     assert {p.name for p in repository.iterdir()} >= {"preprocessing", "fil", "ensemble"}
     assert (workdir / "work" / "model.tar.gz").is_file()
     assert "backend: \"fil\"" in outputs(book)
+
+
+def test_03_serve_and_infer(workdir, monkeypatch):
+    book = run("03_serve_and_infer.ipynb", workdir, monkeypatch)
+    text = outputs(book)
+    assert "NOT FRAUD" in text  # %%triton_infer labelled the ensemble's answers
+    assert "{'http': True, 'grpc': True}" in text  # tritonclient over both agrees with in-process
+    assert "'failed': 0" in text and "server stopped; no threads left" in text
+
+
+def test_04_tune_batching(workdir, monkeypatch):
+    book = run("04_tune_batching.ipynb", workdir, monkeypatch)
+    text = outputs(book)
+    assert "max_queue_delay_microseconds" in text and "server stopped; no threads left" in text
+    widget_views = [o for cell in book.cells for o in cell.get("outputs", [])
+                    if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widget_views  # the Tuner panel was displayed
+    assert "measured" in text.lower() or "throughput" in text.lower()
