@@ -13,8 +13,6 @@ import pytest
 from conformance_repo import write_conformance_repo
 from conformance_servers import SERVER_KINDS, Endpoint, start_server
 
-from triton_nb import fraud
-
 
 @pytest.fixture(scope="module", params=SERVER_KINDS)
 def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
@@ -25,15 +23,3 @@ def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         yield started.endpoint
     finally:
         started.stop()
-
-
-# the same small trained fraud model as tests/repository/conftest.py (that conftest is not visible here)
-@pytest.fixture(scope="session")
-def fraud_frame():
-    return fraud.generate_transactions(8000, seed=2, fraud_rate=0.05)
-
-
-@pytest.fixture(scope="session")
-def trained(fraud_frame):
-    return fraud.train_fraud_model(fraud_frame, num_boost_round=25, early_stopping_rounds=None, progress=False,
-                                   nthread=2)

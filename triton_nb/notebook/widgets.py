@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.measure import measure
-from triton_nb.perf.tune import BATCHING_KNOBS, config_with_knobs, knobs_of, tune
+from triton_nb.perf.tune import BATCHING_KNOBS, config_label, config_with_knobs, knobs_of, tune
 
 __all__ = ["FIL_OPTIONS", "Tuner"]
 
@@ -48,8 +48,6 @@ FIL_OPTIONS: dict[str, tuple[str, ...]] = {
     "layout": ("depth_first", "breadth_first", "layered"),
 }
 _FIL_DEFAULTS = {"storage_type": "AUTO", "algo": "ALGO_AUTO", "layout": "depth_first"}
-_SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
-          "instance_count": "instances"}
 _POINT_COLUMNS = ["config", "knobs", "source", "protocol", "concurrency", "request_rate",
                   "throughput_infer_per_sec", "latency_p50_us", "latency_p99_us", "errors"]
 _MAX_INSTANCES = 8
@@ -76,15 +74,6 @@ def _int_list(text: str, what: str, *, minimum: int = 0) -> list[int]:
             raise InvalidArgumentError(f"{what}: {value} must be >= {minimum}")
         values.append(value)
     return values
-
-
-def _label(knobs: dict[str, Any]) -> str:
-    parts = []
-    for name, value in knobs.items():
-        short = _SHORT.get(name, name.removeprefix("parameters."))
-        shown = "[" + ",".join(map(str, value)) + "]" if isinstance(value, (tuple, list)) else value
-        parts.append(f"{short}={shown}")
-    return " ".join(parts)
 
 
 class Tuner:
@@ -327,15 +316,15 @@ class Tuner:
         self.result = None
         if not reload:
             now = update()
-            self._say(f"applied to {self.tuned_model}: {_label(self._shown(now))}")
+            self._say(f"applied to {self.tuned_model}: {config_label(self._shown(now))}")
             return
 
         def work() -> None:
-            self._say(f"reloading {self.tuned_model} with {_label(reload)} …")
+            self._say(f"reloading {self.tuned_model} with {config_label(reload)} …")
             config = config_with_knobs(self.server.model_config_json(self.tuned_model), reload)
             self.server.load_model(self.tuned_model, config=config)  # swapped in when ready: nothing dropped
             now = update()
-            self._say(f"applied to {self.tuned_model}: {_label({**self._shown(now), **reload})}")
+            self._say(f"applied to {self.tuned_model}: {config_label({**self._shown(now), **reload})}")
 
         self._start("reload", work)
 
@@ -353,7 +342,7 @@ class Tuner:
         def work() -> None:
             knobs = self._live_knobs()
             what = ", ".join(f"{k.removesuffix('_range')} {v[0]:g}" for k, v in load.items())
-            self._say(f"measuring {self.model} at {what} over {protocol} ({_label(knobs)}) …")
+            self._say(f"measuring {self.model} at {what} over {protocol} ({config_label(knobs)}) …")
             self.progress.max, self.progress.value = 1, 0
             started = time.monotonic()
             frame = measure(self.server, self.model, protocol=protocol, input_data=self.input_data, **load, **timing)
@@ -399,8 +388,8 @@ class Tuner:
                           progress=False, on_point=on_point, **timing)
             self.result = result
             best = result.recommended
-            self._say(f"sweep done: {len(result.measurements)} points; "
-                      + (f"best {_label(best)} (Save config writes it)" if best else "no config met the constraints"))
+            outcome = f"best {config_label(best)} (Save config writes it)" if best else "no config met the constraints"
+            self._say(f"sweep done: {len(result.measurements)} points; {outcome}")
 
         self._start("sweep", work)
 
@@ -416,18 +405,18 @@ class Tuner:
         path = self.config_path()
         if self.result is not None and self.result.recommended is not None:
             written = self.result.write_config(path)
-            self._say(f"saved the sweep's best ({_label(self.result.recommended)}) to {written}")
+            self._say(f"saved the sweep's best ({config_label(self.result.recommended)}) to {written}")
             return
         knobs = self._live_knobs()
         base = config_to_json(load_config(path)) if path.is_file() else self.server.model_config_json(self.tuned_model)
         config = config_with_knobs(base, knobs)
         written = save_config(config_from_json(config, source=f"{self.tuned_model} config"), path)
-        self._say(f"saved {_label(knobs)} to {written}")
+        self._say(f"saved {config_label(knobs)} to {written}")
 
     # ------------------------------------------------------------------ points, plot, table
     def _add_point(self, row: dict[str, Any], knobs: dict[str, Any], source: str) -> dict[str, Any]:
         point = {
-            "config": _label(knobs),
+            "config": config_label(knobs),
             "knobs": dict(knobs),
             "source": source,
             "protocol": row.get("protocol"),

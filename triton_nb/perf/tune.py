@@ -30,7 +30,7 @@ from triton_nb.perf.load import Target, make_target
 from triton_nb.perf.measure import measure
 from triton_nb.perf.stats import parse_range
 
-__all__ = ["BATCHING_KNOBS", "TuneResult", "config_with_knobs", "tune"]
+__all__ = ["BATCHING_KNOBS", "TuneResult", "config_label", "config_with_knobs", "tune"]
 
 BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
 _SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
@@ -83,7 +83,8 @@ def knobs_of(config: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return values
 
 
-def _label(knobs: dict[str, Any]) -> str:
+def config_label(knobs: dict[str, Any]) -> str:
+    """A short label of knob values: ``delay_us=100 instances=2``."""
     parts = []
     for name, value in knobs.items():
         short = _SHORT.get(name, name.removeprefix("parameters."))
@@ -255,7 +256,7 @@ def tune(
             frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
                             rows_per_request=rows_per_request, measurement_interval_ms=measurement_interval_ms,
                             max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
-            row = {**frame.iloc[0].to_dict(), **values, "config": _label(values)}
+            row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
             points.append(row)
             config_points.append(row)
             if on_point is not None:
