@@ -294,6 +294,25 @@ def test_cpu_nthread_sets_the_threads(models, data, tmp_path, load):
     assert load(models["xgb_binary"], name="all", compile=False).threads >= 1
 
 
+def test_a_process_limited_to_one_openmp_thread_still_loads_fil_models(models, tmp_path):
+    # OMP_NUM_THREADS=1 (common in containers and CI) caps what Treelite accepts; OpenMP reads it when
+    # the process starts, hence a fresh interpreter
+    import subprocess
+    import sys
+
+    folder = export_tree_model(models["xgb_binary"], tmp_path / "repo", name="trees")
+    script = ("import sys, numpy as np, triton_nb\n"
+              "from triton_nb.server.types import InferRequest\n"
+              "with triton_nb.serve(sys.argv[1]) as server:\n"
+              "    x = np.zeros((3, server.input_config('trees').input[0].dims[0]), np.float32)\n"
+              "    print(server.infer(InferRequest('trees', {'input__0': x})).outputs['output__0'].shape)\n")
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "TRITON_NB_FIL_COMPILE": "0"}
+    done = subprocess.run([sys.executable, "-c", script, str(folder.parent)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("(3, 1)"), done.stdout
+
+
 # --------------------------------------------------------------------------- tl2cgen in the background
 
 

@@ -130,14 +130,21 @@ def test_device_resolution():
 
 
 def test_dask_training_on_a_local_two_worker_cluster(data):
-    distributed = pytest.importorskip("distributed")  # core dependency; present in CI
-    import dask.dataframe as dd
+    import os
 
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, distributed.Client(cluster) as client:
-        ddf = dd.from_pandas(data, npartitions=4)
-        model = train_fraud_model(ddf, client=client, num_boost_round=40, early_stopping_rounds=10, seed=3)
+    import dask.dataframe as dd
+    import distributed
+
+    environment = dict(os.environ)  # a LocalCluster sets OMP_NUM_THREADS=1 in this process and leaves it
+    try:
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster, distributed.Client(cluster) as client:
+            ddf = dd.from_pandas(data, npartitions=4)
+            model = train_fraud_model(ddf, client=client, num_boost_round=40, early_stopping_rounds=10, seed=3)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     assert model.params["objective"] == "binary:logistic"
     assert model.evaluation.loc["roc_auc", "value"] > 0.8
     assert model.evaluation.loc["rows", "value"] == pytest.approx(0.2 * len(data), abs=8)

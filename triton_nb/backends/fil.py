@@ -906,9 +906,22 @@ class _Selector:
 
 def _default_threads() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    return min(cores, _openmp_limit() or cores)
+
+
+def _openmp_limit() -> int | None:
+    """The most threads OpenMP gives this process (``OMP_NUM_THREADS``, ``OMP_THREAD_LIMIT``), or
+    None when unset. Treelite refuses an ``nthread`` above it — and containers and CI runners often
+    set ``OMP_NUM_THREADS=1``."""
+    limits = []
+    for name in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT"):
+        first = os.environ.get(name, "").split(",")[0].strip()
+        if first.isdigit() and int(first) > 0:
+            limits.append(int(first))
+    return min(limits) if limits else None
 
 
 def _canonical(predictions: np.ndarray) -> np.ndarray:
@@ -992,7 +1005,14 @@ class FilBackend(Backend):
             raise InvalidArgumentError(
                 f"{self._where}: parameter 'cpu_nthread' must be an integer, got '{value}'"
             ) from None
-        return threads if threads > 0 else _default_threads()
+        if threads <= 0:
+            return _default_threads()
+        limit = _openmp_limit()
+        if limit is not None and threads > limit:
+            log.warning("%s: cpu_nthread %d is above the OpenMP limit of this process (%d); using %d",
+                        self._where, threads, limit, limit)
+            return limit
+        return threads
 
     def _check_input(self) -> None:
         inputs = {i.name: list(i.dims) for i in self.context.config.input}
