@@ -35,6 +35,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Unicode
 
 from triton_nb.errors import TritonNBError
+from triton_nb.perf.inputs import config_datatype, frame_to_inputs, to_datatype, values_to_inputs
 
 __all__ = ["TritonMagics", "load_ipython_extension", "unload_ipython_extension"]
 
@@ -66,110 +67,9 @@ def _remote_error(exc: BaseException) -> UsageError:
 # ---------------------------------------------------------------------- model config helpers
 
 
-def _datatype(spec: Mapping[str, Any]) -> str:
-    """Triton's wire datatype ("FP32", "BYTES") of a config tensor in JSON form."""
-    name = str(spec.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
-    return "BYTES" if name == "STRING" else name
-
-
-def _dims(spec: Mapping[str, Any]) -> list[int]:
-    return [int(d) for d in spec.get("dims", [])]
-
-
-def _numpy_dtype(datatype: str) -> Any:
-    from tritonclient.utils import triton_to_np_dtype
-
-    return np.dtype(object) if datatype == "BYTES" else np.dtype(triton_to_np_dtype(datatype))
-
-
 def _composing(config: Mapping[str, Any]) -> list[str]:
     steps = (config.get("ensemble_scheduling") or {}).get("step") or []
     return [step["model_name"] for step in steps if step.get("model_name")]
-
-
-def _to_bytes(values: np.ndarray) -> np.ndarray:
-    def one(value: Any) -> bytes:
-        if isinstance(value, bytes):
-            return value
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return b""
-        return str(value).encode("utf-8")
-
-    flat = np.empty(np.size(values), dtype=object)
-    flat[:] = [one(v) for v in np.asarray(values, dtype=object).reshape(-1)]
-    return flat.reshape(np.shape(values))
-
-
-def _convert(values: Any, datatype: str, what: str) -> np.ndarray:
-    array = np.asarray(values, dtype=object) if datatype == "BYTES" else np.asarray(values)
-    if datatype == "BYTES":
-        return _to_bytes(array)
-    dtype = _numpy_dtype(datatype)
-    if array.dtype == dtype:
-        return array
-    try:
-        if array.dtype.kind in "OUS" and dtype.kind in "iuf":
-            array = pd.to_numeric(pd.Series(array.reshape(-1)), errors="raise").to_numpy().reshape(array.shape)
-        return array.astype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise _usage(f"{what} cannot become {datatype}: {exc}") from None
-
-
-def _shaped(array: np.ndarray, dims: list[int], batching: bool, what: str) -> np.ndarray:
-    """Give ``array`` the request shape: a batch dimension first when the model batches."""
-    if batching and array.ndim == len(dims) and all(d > 0 for d in dims):
-        array = array.reshape([-1, *dims])
-    elif batching and array.ndim == 1 and dims == [1]:
-        array = array.reshape(-1, 1)
-    expected = len(dims) + (1 if batching else 0)
-    if array.ndim != expected:
-        raise _usage(f"{what} has shape {list(array.shape)}; the model expects {'[-1] + ' if batching else ''}{dims}")
-    return array
-
-
-def _frame_arrays(config: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """A DataFrame's columns as the model's inputs: ``NAME`` (scalars or lists per row) or
-    ``NAME_0..k`` for an input with several values per row."""
-    if len(frame) == 0:
-        raise _usage("the input has no rows")
-    batching = int(config.get("max_batch_size", 0)) > 0
-    arrays = {}
-    for spec in config.get("input", []):
-        name, datatype, dims = spec["name"], _datatype(spec), _dims(spec)
-        if name in frame.columns:
-            column = frame[name]
-            first = column.iloc[0]
-            values = (np.stack([np.asarray(v) for v in column]) if isinstance(first, list | tuple | np.ndarray)
-                      else column.to_numpy())
-        else:
-            width = math.prod(dims) if dims and all(d > 0 for d in dims) else 0
-            parts = [f"{name}_{i}" for i in range(width)]
-            if width and all(p in frame.columns for p in parts):
-                values = frame[parts].to_numpy()
-            elif spec.get("optional"):
-                continue
-            else:
-                close = difflib.get_close_matches(name, [str(c) for c in frame.columns], n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise _usage(f"the input has no column '{name}' for model '{config.get('name')}'{hint}")
-        array = _convert(values, datatype, f"column '{name}'")
-        arrays[name] = _shaped(array, dims, batching, f"column '{name}'")
-    return arrays
-
-
-def _dict_arrays(config: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    specs = {spec["name"]: spec for spec in config.get("input", [])}
-    batching = int(config.get("max_batch_size", 0)) > 0
-    arrays = {}
-    for name, value in data.items():
-        spec = specs.get(name)
-        if spec is None:
-            close = difflib.get_close_matches(str(name), list(specs), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise _usage(f"model '{config.get('name')}' has no input '{name}'{hint}")
-        array = _convert(value, _datatype(spec), f"input '{name}'")
-        arrays[name] = _shaped(array, _dims(spec), batching, f"input '{name}'")
-    return arrays
 
 
 def _v2_arrays(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -183,7 +83,7 @@ def _v2_arrays(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
         except (KeyError, TypeError):
             raise _usage('each v2 input needs "name", "datatype", "shape" and "data"') from None
         try:
-            array = _convert(np.asarray(data, dtype=object if datatype == "BYTES" else None).reshape(-1),
+            array = to_datatype(np.asarray(data, dtype=object if datatype == "BYTES" else None).reshape(-1),
                              datatype, f"input '{name}'").reshape([int(d) for d in shape])
         except ValueError as exc:
             raise _usage(f"input '{name}': {exc}") from None
@@ -583,9 +483,9 @@ class TritonMagics(Magics):
             except Exception as exc:
                 raise _usage(f"the expression raised {type(exc).__name__}: {exc}") from None
             if isinstance(value, pd.DataFrame):
-                return value, _frame_arrays(config, value)
+                return value, frame_to_inputs(config, value)
             if isinstance(value, Mapping):
-                arrays = _dict_arrays(config, value)
+                arrays = values_to_inputs(config, value)
                 return _table(arrays), arrays
             raise _usage(f"the expression gives a {type(value).__name__}; a DataFrame or a dict is needed")
         return self._from_csv(config, body)
@@ -618,7 +518,7 @@ class TritonMagics(Magics):
         if not isinstance(data, list) or not all(isinstance(r, Mapping) for r in data):
             raise _usage('JSON input must be a list of records (objects) or a KServe v2 body {"inputs": [...]}')
         frame = pd.DataFrame(data)
-        return frame, _frame_arrays(config, frame)
+        return frame, frame_to_inputs(config, frame)
 
     @staticmethod
     def _from_csv(config: Mapping[str, Any], body: str) -> tuple[pd.DataFrame, dict]:
@@ -631,14 +531,14 @@ class TritonMagics(Magics):
         # numbers for the numeric inputs (User, Card...), text as written for the rest (Zip, MCC...)
         shown = frame.copy()
         for spec in config.get("input", []):
-            if _datatype(spec) != "BYTES":
+            if config_datatype(spec) != "BYTES":
                 for column in [c for c in frame.columns if c == spec["name"] or c.startswith(spec["name"] + "_")]:
                     try:
                         shown[column] = pd.to_numeric(frame[column].replace("", np.nan))
                     except (TypeError, ValueError):
-                        raise _usage(f"CSV column '{column}' must be numbers for {_datatype(spec)}, got "
+                        raise _usage(f"CSV column '{column}' must be numbers for {config_datatype(spec)}, got "
                                      f"{frame[column].tolist()[:3]}") from None
-        return shown, _frame_arrays(config, shown)
+        return shown, frame_to_inputs(config, shown)
 
     # ------------------------------------------------------------------ %triton_perf
     @magic_arguments()

@@ -1,4 +1,9 @@
-"""Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
+"""Tensors from tables, and request data for a measurement.
+
+:func:`frame_to_inputs` turns a DataFrame into a model's input tensors by its config (Triton's JSON
+form): a column per input (scalars, or lists per row), or ``NAME_0..k`` columns for an input with
+several values per row; text becomes numbers where the input is numeric. ``%%triton_infer`` and the
+measurements both use it. Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
 shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format; and the
 same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``), so the
 load generator spends no time serializing."""
@@ -6,8 +11,11 @@ load generator spends no time serializing."""
 from __future__ import annotations
 
 import base64
+import difflib
 import json
+import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +24,17 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server.protocol import array_to_buffer
-from triton_nb.server.types import numpy_to_triton_dtype, text_to_bytes, triton_to_numpy_dtype
+from triton_nb.server.types import numpy_to_triton_dtype, triton_to_numpy_dtype
 
-__all__ = ["encode_grpc", "encode_http", "request_inputs"]
+__all__ = [
+    "config_datatype",
+    "encode_grpc",
+    "encode_http",
+    "frame_to_inputs",
+    "request_inputs",
+    "to_datatype",
+    "values_to_inputs",
+]
 
 InputData = pd.DataFrame | dict | str | os.PathLike | None
 
@@ -62,28 +78,107 @@ def _synthetic(config: dict[str, Any], rows: int, kind: str, seed: int) -> dict[
     return arrays
 
 
+def config_datatype(spec: Mapping[str, Any]) -> str:
+    """Triton's wire datatype ("FP32", "BYTES") of a config tensor in JSON form."""
+    name = str(spec.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def _dims(spec: Mapping[str, Any]) -> list[int]:
+    return [int(d) for d in spec.get("dims", [])]
+
+
+def _to_bytes(values: np.ndarray) -> np.ndarray:
+    def one(value: Any) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return b""
+        return str(value).encode("utf-8")
+
+    flat = np.empty(np.size(values), dtype=object)
+    flat[:] = [one(v) for v in np.asarray(values, dtype=object).reshape(-1)]
+    return flat.reshape(np.shape(values))
+
+
+def to_datatype(values: Any, datatype: str, what: str) -> np.ndarray:
+    array = np.asarray(values, dtype=object) if datatype == "BYTES" else np.asarray(values)
+    if datatype == "BYTES":
+        return _to_bytes(array)
+    dtype = triton_to_numpy_dtype(datatype)
+    if array.dtype == dtype:
+        return array
+    try:
+        if array.dtype.kind in "OUS" and dtype.kind in "iuf":
+            array = pd.to_numeric(pd.Series(array.reshape(-1)), errors="raise").to_numpy().reshape(array.shape)
+        return array.astype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{what} cannot become {datatype}: {exc}") from None
+
+
+def _shaped(array: np.ndarray, dims: list[int], batching: bool, what: str) -> np.ndarray:
+    """Give ``array`` the request shape: a batch dimension first when the model batches."""
+    if batching and array.ndim == len(dims) and all(d > 0 for d in dims):
+        array = array.reshape([-1, *dims])
+    elif batching and array.ndim == 1 and dims == [1]:
+        array = array.reshape(-1, 1)
+    expected = len(dims) + (1 if batching else 0)
+    if array.ndim != expected:
+        batch = "[-1] + " if batching else ""
+        raise InvalidArgumentError(f"{what} has shape {list(array.shape)}; the model expects {batch}{dims}")
+    return array
+
+
+def frame_to_inputs(config: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A DataFrame's columns as the model's inputs: ``NAME`` (scalars or lists per row) or
+    ``NAME_0..k`` for an input with several values per row."""
+    if len(frame) == 0:
+        raise InvalidArgumentError("the input has no rows")
+    batching = int(config.get("max_batch_size", 0)) > 0
+    arrays = {}
+    for spec in config.get("input", []):
+        name, datatype, dims = spec["name"], config_datatype(spec), _dims(spec)
+        if name in frame.columns:
+            column = frame[name]
+            first = column.iloc[0]
+            values = (np.stack([np.asarray(v) for v in column]) if isinstance(first, list | tuple | np.ndarray)
+                      else column.to_numpy())
+        else:
+            width = math.prod(dims) if dims and all(d > 0 for d in dims) else 0
+            parts = [f"{name}_{i}" for i in range(width)]
+            if width and all(p in frame.columns for p in parts):
+                values = frame[parts].to_numpy()
+            elif spec.get("optional"):
+                continue
+            else:
+                close = difflib.get_close_matches(name, [str(c) for c in frame.columns], n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise InvalidArgumentError(f"the input has no column '{name}' for model '{config.get('name')}'{hint}")
+        array = to_datatype(values, datatype, f"column '{name}'")
+        arrays[name] = _shaped(array, dims, batching, f"column '{name}'")
+    return arrays
+
+
+def values_to_inputs(config: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    specs = {spec["name"]: spec for spec in config.get("input", [])}
+    batching = int(config.get("max_batch_size", 0)) > 0
+    arrays = {}
+    for name, value in data.items():
+        spec = specs.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(str(name), list(specs), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise InvalidArgumentError(f"model '{config.get('name')}' has no input '{name}'{hint}")
+        array = to_datatype(value, config_datatype(spec), f"input '{name}'")
+        arrays[name] = _shaped(array, _dims(spec), batching, f"input '{name}'")
+    return arrays
+
+
 def _from_frame(config: dict[str, Any], frame: pd.DataFrame, rows: int, count: int) -> list[dict[str, np.ndarray]]:
-    specs = _specs(config)
-    missing = [s["name"] for s in specs if s["name"] not in frame.columns and not s.get("optional")]
-    if missing:
-        raise InvalidArgumentError(f"model '{config.get('name')}': the input data has no column(s) "
-                                   f"{', '.join(map(repr, missing))}")
     if len(frame) < rows:
         raise InvalidArgumentError(f"the input data has {len(frame)} rows; each request needs {rows}")
-    requests = []
-    for index in range(min(count, len(frame) // rows)):
-        chunk = frame.iloc[index * rows:(index + 1) * rows]
-        arrays = {}
-        for spec in specs:
-            if spec["name"] not in chunk.columns:
-                continue
-            dtype = triton_to_numpy_dtype(spec["data_type"])
-            column = chunk[spec["name"]]
-            values = text_to_bytes(column) if dtype.kind == "O" else column.to_numpy(dtype=dtype)
-            shape = ([rows] if _batched(config) else []) + _dims(spec)
-            arrays[spec["name"]] = values.reshape(shape)
-        requests.append(arrays)
-    return requests
+    return [frame_to_inputs(config, frame.iloc[index * rows:(index + 1) * rows])
+            for index in range(min(count, len(frame) // rows))]
 
 
 def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[str, np.ndarray]]:
