@@ -161,6 +161,11 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
                        help="on SIGINT/SIGTERM, how long requests in flight have to finish")
+    serve.add_argument("--http-restricted-api", action="append", default=[], metavar="GROUPS:KEY=VALUE",
+                       help="Triton's restricted APIs: e.g. model-repository,logging:admin-key=secret (repeatable)")
+    serve.add_argument("--grpc-restricted-api", "--grpc-restricted-protocol", action="append", default=[],
+                       metavar="GROUPS:KEY=VALUE", dest="grpc_restricted_api",
+                       help="the same for gRPC; clients send the metadata key triton-grpc-protocol-KEY, as Triton's do")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=64 * 1024 * 1024,
                        help="largest request body (HTTP, after decompression) and gRPC message")
 
@@ -442,7 +447,8 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port if args.allow_metrics else None, http_address=args.http_address,
         grpc_address=args.grpc_address, metrics_address=args.metrics_address,
         max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
-        exit_timeout_secs=args.exit_timeout_secs,
+        exit_timeout_secs=args.exit_timeout_secs, http_restricted_api=args.http_restricted_api,
+        grpc_restricted_api=args.grpc_restricted_api,
     )
     try:
         # Everything loaded so far lives as long as the server: keep it out of the cyclic garbage

@@ -12,6 +12,7 @@ so code written against plain Python conventions keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "ForbiddenError",
     "InternalError",
     "InvalidArgumentError",
     "MissingDependencyError",
@@ -49,6 +50,13 @@ class UnavailableError(TritonNBError):
 
     http_status = 503
     grpc_code = "UNAVAILABLE"
+
+
+class ForbiddenError(TritonNBError, PermissionError):
+    """A request to an API the server restricts, without the header that opens it."""
+
+    http_status = 403
+    grpc_code = "PERMISSION_DENIED"
 
 
 class InternalError(TritonNBError, RuntimeError):

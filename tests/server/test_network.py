@@ -27,7 +27,7 @@ import tritonclient.http as httpclient
 from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_python_model, write_scale_model
 from tritonclient.utils import InferenceServerException
 
-from triton_nb.errors import UnavailableError
+from triton_nb.errors import InvalidArgumentError, UnavailableError
 from triton_nb.server.core import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -344,3 +344,28 @@ def test_stopping_ends_the_grpc_relay_process(repo):
     with serve(repo, grpc_port=0) as server:
         relay = server._frontends._grpc.process
     assert relay.poll() is not None
+
+
+def test_restricted_apis_need_their_header_over_http_and_grpc(repo):
+    with serve(repo, model_control_mode="explicit", http_port=0, grpc_port=0,
+               http_restricted_api="model-repository,logging:admin-key=s3cret",
+               grpc_restricted_api=["model-repository:admin-key=s3cret"]) as server:
+        port = server.http_port
+        status, _, answer = _request(port, "POST", "/v2/repository/models/scale/unload", b"")
+        assert status == 403 and json.loads(answer) == {"error": "This API is restricted, expecting header 'admin-key'"}
+        assert _request(port, "GET", "/v2/logging")[0] == 403
+        assert _request(port, "GET", "/v2/logging", headers={"Admin-Key": "wrong"})[0] == 403
+        assert _request(port, "GET", "/v2/logging", headers={"Admin-Key": "s3cret"})[0] == 200
+        assert _request(port, "POST", "/v2/models/scale/infer", _infer_body([1.0, 2.0]))[0] == 200  # not restricted
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        # gRPC clients of real Triton send the key with Triton's prefix
+        expected = "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"
+        with pytest.raises(InferenceServerException, match=expected) as caught:
+            client.unload_model("scale", headers={"admin-key": "s3cret"})
+        assert caught.value.status() == "StatusCode.PERMISSION_DENIED"
+        assert server.is_model_ready("scale")
+        client.unload_model("scale", headers={"triton-grpc-protocol-admin-key": "s3cret"})
+        assert not server.is_model_ready("scale")
+        assert client.is_server_live()  # health is open
+    with pytest.raises(InvalidArgumentError, match="unknown API group 'everything'"):
+        serve(repo, http_port=0, http_restricted_api="everything:k=v")

@@ -169,6 +169,11 @@ class InferenceServer:
     exit_timeout_secs:
         On :meth:`stop`, how long requests in flight over the network have to finish before the
         rest are failed (Triton's ``--exit-timeout-secs``).
+    http_restricted_api, grpc_restricted_api:
+        Triton's restricted APIs: ``"<group>[,<group>...]:<key>=<value>"`` (or a list of them) lets
+        requests to those API groups (health, metadata, inference, shared-memory, model-config,
+        model-repository, statistics, trace, logging) through only with that header / gRPC
+        metadata; others get 403 / PERMISSION_DENIED.
     """
 
     def __init__(
@@ -188,6 +193,8 @@ class InferenceServer:
         max_tensor_elements: int = 16 * 1024 * 1024,
         grpc_max_message_bytes: int = 64 * 1024 * 1024,
         exit_timeout_secs: float = 30.0,
+        http_restricted_api: list[str] | tuple[str, ...] | str = (),
+        grpc_restricted_api: list[str] | tuple[str, ...] | str = (),
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -212,7 +219,11 @@ class InferenceServer:
             http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, http_address=http_address,
             grpc_address=grpc_address, metrics_address=metrics_address, max_request_bytes=max_request_bytes,
             max_tensor_elements=max_tensor_elements, grpc_max_message_bytes=grpc_max_message_bytes,
-            exit_timeout_secs=exit_timeout_secs)
+            exit_timeout_secs=exit_timeout_secs,
+            http_restricted_api=(http_restricted_api,) if isinstance(http_restricted_api, str) else tuple(
+                http_restricted_api),
+            grpc_restricted_api=(grpc_restricted_api,) if isinstance(grpc_restricted_api, str) else tuple(
+                grpc_restricted_api))
         self._frontends: NetworkFrontends | None = None
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-nb-server-"))
         self._retiring: list[threading.Thread] = []

@@ -16,6 +16,7 @@ stream carries on, as in Triton.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import struct
@@ -579,13 +580,14 @@ class GrpcRelay:
     """Starts the relay process and ends it; the link runs on the front ends' event loop."""
 
     def __init__(self, servicer: GrpcServicer, address: str, port: int, max_message_bytes: int,
-                 startup_timeout_s: float = 60.0) -> None:
+                 startup_timeout_s: float = 60.0, restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._servicer = servicer
         ours, theirs = socket.socketpair()
         # Run as a file, without its folder on sys.path (its siblings grpc.py and http.py would
         # shadow the real packages) and without importing the package (fast start, no models).
         command = [sys.executable, "-c", _BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
-                   "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes)]
+                   "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
+                   "--restricted", json.dumps(restricted or {})]
         try:
             self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import socket
 import struct
@@ -41,6 +42,17 @@ STREAM_OUT = 6  # payload: response bytes
 STREAM_END = 7  # payload: empty, or an error as in REPLY_ERROR
 SHUTDOWN = 8  # payload: grace period in seconds, "<d"
 
+# Each method's API group (Triton's names), for restricted APIs.
+API_GROUP = {
+    "ServerLive": "health", "ServerReady": "health", "ModelReady": "health", "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata", "ModelInfer": "inference", "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config", "ModelStatistics": "statistics", "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository", "RepositoryModelUnload": "model-repository", "LogSettings": "logging",
+    "TraceSetting": "trace", "SystemSharedMemoryStatus": "shared-memory", "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory", "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory", "CudaSharedMemoryUnregister": "shared-memory",
+}
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = "ModelStreamInfer"
 UNARY_METHODS = (
@@ -56,8 +68,10 @@ def frame(kind: int, call_id: int, payload: bytes = b"") -> bytes:
 
 
 class _Relay:
-    def __init__(self, link: socket.socket, max_message_bytes: int) -> None:
+    def __init__(self, link: socket.socket, max_message_bytes: int,
+                 restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._link = link
+        self._restricted = restricted or {}
         self._max_message_bytes = max_message_bytes
         self._calls: dict[int, asyncio.Future] = {}
         self._streams: dict[int, asyncio.Queue] = {}
@@ -124,12 +138,28 @@ class _Relay:
             await self._server.stop(grace)  # new calls refused at once; calls in flight answered
         self._shutdown.set()
 
+    async def _check_restricted(self, method: str, context) -> None:
+        """A restricted API needs its metadata key with its value, or the call is refused here, at the
+        edge, before it reaches the server."""
+        import grpc
+
+        rule = self._restricted.get(API_GROUP.get(method, ""))
+        if rule is None:
+            return
+        # Triton's convention: the metadata key carries a prefix (real Triton's clients send it so);
+        # the status is PERMISSION_DENIED, where Triton 2.51 answers UNAVAILABLE
+        key = GRPC_RESTRICTED_PREFIX + rule[0]
+        if dict(context.invocation_metadata() or ()).get(key) != rule[1]:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"This protocol is restricted, expecting header '{key}'")
+
     def _unary(self, method: str):
         import grpc
 
         name = method.encode()
 
         async def handle(request: bytes, context) -> bytes:
+            await self._check_restricted(method, context)
             call_id = self._new_id()
             future = asyncio.get_running_loop().create_future()
             self._calls[call_id] = future
@@ -148,6 +178,7 @@ class _Relay:
     async def _stream(self, requests, context):
         import grpc
 
+        await self._check_restricted(STREAM_METHOD, context)
         stream_id = self._new_id()
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[stream_id] = queue
@@ -180,12 +211,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-message-bytes", type=int, required=True)
+    parser.add_argument("--restricted", default="{}", help="JSON: {api group: [metadata key, value]}")
     args = parser.parse_args(argv)
     # ^C in a terminal reaches the whole process group: the server decides when the relay stops
     # (after answering the calls in flight), so the relay itself ignores it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     link = socket.socket(fileno=args.fd)
-    relay = _Relay(link, args.max_message_bytes)
+    restricted = {group: (rule[0], rule[1]) for group, rule in json.loads(args.restricted).items()}
+    relay = _Relay(link, args.max_message_bytes, restricted)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; the default loop also works

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
+from triton_nb.errors import ForbiddenError, InvalidArgumentError, NotFoundError, TritonNBError, wire_status
 from triton_nb.server.protocol import (
     LogSettings,
     WireLimits,
@@ -105,15 +105,21 @@ def _version_number(model: str, text: str | None) -> int:
 class HttpApp:
     """The ASGI application of one :class:`InferenceServer`."""
 
-    def __init__(self, server: InferenceServer, limits: WireLimits, log_settings: LogSettings) -> None:
+    def __init__(self, server: InferenceServer, limits: WireLimits, log_settings: LogSettings,
+                 restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._server = server
         self._limits = limits
         self._log_settings = log_settings
+        # group -> (header as uvicorn gives it: lower-case bytes, expected value as bytes)
+        self._restricted = {group: (key.encode("latin-1"), value.encode("latin-1"))
+                            for group, (key, value) in (restricted or {}).items()}
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not part of the protocol
             return
         try:
+            if self._restricted:
+                self._check_restricted(scope)
             reply = await self._dispatch(scope, receive)
         except Exception as error:  # every failure is an answer, never a dropped connection
             if not isinstance(error, TritonNBError):
@@ -125,6 +131,14 @@ class HttpApp:
         await send({"type": "http.response.body", "body": reply.body})
 
     # ------------------------------------------------------------------ routing
+    def _check_restricted(self, scope: dict[str, Any]) -> None:
+        group = _api_group(scope["path"].removeprefix("/").split("/"))
+        if group not in self._restricted:
+            return
+        key, value = self._restricted[group]
+        if dict(scope["headers"]).get(key) != value:
+            raise ForbiddenError(f"This API is restricted, expecting header '{key.decode('latin-1')}'")
+
     async def _dispatch(self, scope: dict[str, Any], receive: Receive) -> _Reply:
         method = scope["method"]
         parts = scope["path"].removeprefix("/").split("/")
@@ -397,6 +411,27 @@ class HttpApp:
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(len(header)).encode()),
         ])
+
+
+def _api_group(parts: list[str]) -> str | None:
+    """The API group of a path (Triton's names), for restricted APIs; None for no route."""
+    if not parts or parts[0] != "v2":
+        return None
+    rest = parts[1:]
+    if not rest:
+        return "metadata"
+    head = rest[0]
+    if head == "models":
+        if rest[1:] == ["stats"]:
+            return "statistics"
+        tail = rest[2:]
+        if len(tail) >= 2 and tail[0] == "versions":
+            tail = tail[2:]
+        action = tail[0] if tail else ""
+        return {"": "metadata", "ready": "health", "config": "model-config", "infer": "inference",
+                "stats": "statistics"}.get(action)
+    return {"health": "health", "repository": "model-repository", "logging": "logging", "trace": "trace",
+            "systemsharedmemory": "shared-memory", "cudasharedmemory": "shared-memory"}.get(head)
 
 
 def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:

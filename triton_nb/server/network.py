@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
-from triton_nb.server.protocol import LogSettings, WireLimits
+from triton_nb.server.protocol import LogSettings, WireLimits, parse_restricted_api
 
 if TYPE_CHECKING:
     from triton_nb.server.core import InferenceServer
@@ -57,6 +57,8 @@ class FrontendOptions:
     grpc_max_message_bytes: int = 64 * 1024 * 1024
     http_timeout_keep_alive_secs: float = 75.0
     exit_timeout_secs: float = 30.0
+    http_restricted_api: tuple[str, ...] = ()
+    grpc_restricted_api: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -68,6 +70,8 @@ class FrontendOptions:
                 raise InvalidArgumentError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.exit_timeout_secs < 0:
             raise InvalidArgumentError(f"exit_timeout_secs must be >= 0, got {self.exit_timeout_secs}")
+        parse_restricted_api(self.http_restricted_api, "http_restricted_api")  # refused now, not at start
+        parse_restricted_api(self.grpc_restricted_api, "grpc_restricted_api")
 
     @property
     def enabled(self) -> bool:
@@ -169,7 +173,9 @@ class NetworkFrontends:
             log.warning("gRPC service listens on %s, reachable beyond this machine: anyone who can connect can "
                         "use it", options.grpc_address)
         servicer = GrpcServicer(self._server, self._limits, self.log_settings)
-        self._grpc = GrpcRelay(servicer, options.grpc_address, options.grpc_port, options.grpc_max_message_bytes)
+        restricted = parse_restricted_api(options.grpc_restricted_api, "grpc_restricted_api")
+        self._grpc = GrpcRelay(servicer, options.grpc_address, options.grpc_port, options.grpc_max_message_bytes,
+                               restricted=restricted)
         self.ports["grpc"] = self._grpc.port
 
     def _run(self, sockets: dict[str, socket.socket]) -> None:
@@ -193,7 +199,9 @@ class NetworkFrontends:
         from triton_nb.server.http import HttpApp, MetricsApp
 
         limits = self._limits
-        apps = {"http": HttpApp(self._server, limits, self.log_settings), "metrics": MetricsApp(self._server)}
+        restricted = parse_restricted_api(self.options.http_restricted_api, "http_restricted_api")
+        apps = {"http": HttpApp(self._server, limits, self.log_settings, restricted),
+                "metrics": MetricsApp(self._server)}
         for name, sock in sockets.items():
             config = uvicorn.Config(
                 apps[name], lifespan="off", http="httptools", log_config=None, access_log=False,

@@ -23,6 +23,7 @@ from triton_nb.errors import InvalidArgumentError
 from triton_nb.server.types import DATATYPES, numpy_to_triton_dtype
 
 __all__ = [
+    "API_GROUPS",
     "SERVER_EXTENSIONS",
     "SERVER_NAME",
     "LogSettings",
@@ -34,6 +35,7 @@ __all__ = [
     "check_shape",
     "classify",
     "deserialize_bytes",
+    "parse_restricted_api",
     "serialize_bytes",
     "server_metadata",
 ]
@@ -51,6 +53,10 @@ SERVER_EXTENSIONS = (
     "statistics",
     "logging",
 )
+
+# Triton's API groups, as --http-restricted-api / --grpc-restricted-api name them.
+API_GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
+              "trace", "logging")
 
 _LENGTH = struct.Struct("<I")
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -344,3 +350,24 @@ class LogSettings:
                  else logging.WARNING if self.log_warning else logging.ERROR if self.log_error
                  else logging.CRITICAL)
         logging.getLogger("triton_nb").setLevel(level)
+
+
+def parse_restricted_api(specs: Any, flag: str) -> dict[str, tuple[str, str]]:
+    """Triton's ``--http-restricted-api`` values — ``"<group>[,<group>...]:<key>=<value>"``, one or
+    a list — as ``{group: (header key, value)}``. A request to a restricted group must carry that
+    header (gRPC: that metadata key) with that value."""
+    if not specs:
+        return {}
+    restrictions: dict[str, tuple[str, str]] = {}
+    for spec in [specs] if isinstance(specs, str) else list(specs):
+        groups, _, header = str(spec).partition(":")
+        key, _, value = header.partition("=")
+        if not groups or not key.strip() or not value:
+            raise InvalidArgumentError(f"{flag} must be <group>[,<group>...]:<key>=<value>, got {spec!r}")
+        for group in (g.strip() for g in groups.split(",")):
+            if group not in API_GROUPS:
+                raise InvalidArgumentError(f"{flag}: unknown API group '{group}' (one of {', '.join(API_GROUPS)})")
+            if group in restrictions:
+                raise InvalidArgumentError(f"{flag}: API group '{group}' is restricted twice")
+            restrictions[group] = (key.strip().lower(), value)
+    return restrictions
