@@ -161,6 +161,8 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
                        help="on SIGINT/SIGTERM, how long requests in flight have to finish")
+    serve.add_argument("--max-pending-requests", type=_positive_int, default=65536,
+                       help="requests waiting or running at once, server-wide; the excess is refused (503)")
     serve.add_argument("--http-restricted-api", action="append", default=[], metavar="GROUPS:KEY=VALUE",
                        help="Triton's restricted APIs: e.g. model-repository,logging:admin-key=secret (repeatable)")
     serve.add_argument("--grpc-restricted-api", "--grpc-restricted-protocol", action="append", default=[],
@@ -448,6 +450,7 @@ def _serve(args: argparse.Namespace) -> int:
         grpc_address=args.grpc_address, metrics_address=args.metrics_address,
         max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
         exit_timeout_secs=args.exit_timeout_secs, http_restricted_api=args.http_restricted_api,
+        max_pending_requests=args.max_pending_requests,
         grpc_restricted_api=args.grpc_restricted_api,
     )
     try:

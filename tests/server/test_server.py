@@ -314,3 +314,21 @@ def test_bls_calls_another_model_through_the_server(repo):
         np.testing.assert_array_equal(client.infer("caller", {"X": x(3)}).as_numpy("Z"), x(3) * 2 + 1)
         scale_stats = client.get_inference_statistics("scale")["model_stats"][0]
         assert scale_stats["inference_stats"]["success"]["count"] == 1  # the inner call went through 'scale'
+
+
+def test_a_server_wide_limit_on_pending_requests_refuses_the_excess_at_once(repo):
+    write_scale_model(repo, name="slow", extra='parameters { key: "sleep_s" value: { string_value: "0.3" } }')
+    with serve(repo, max_pending_requests=3) as server:
+        client = server.client()
+        accepted = [client.async_infer("slow", {"X": x()}) for _ in range(3)]
+        assert server.pending_requests == 3
+        started = time.monotonic()
+        with pytest.raises(UnavailableError, match=r"3 pending requests \(max_pending_requests 3\)"):
+            client.async_infer("slow", {"X": x()})
+        assert time.monotonic() - started < 0.1  # refused at once, not queued
+        for request in accepted:
+            assert request.get_result(timeout=10).as_numpy("Y") is not None
+        assert server.pending_requests == 0
+        assert client.infer("slow", {"X": x()}).as_numpy("Y") is not None  # room again
+    with pytest.raises(InvalidArgumentError, match="max_pending_requests must be >= 1"):
+        InferenceServer(repo, max_pending_requests=0)

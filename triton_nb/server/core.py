@@ -169,6 +169,9 @@ class InferenceServer:
     exit_timeout_secs:
         On :meth:`stop`, how long requests in flight over the network have to finish before the
         rest are failed (Triton's ``--exit-timeout-secs``).
+    max_pending_requests:
+        Requests that may wait or run at once, server-wide; past it requests are refused at once
+        with UNAVAILABLE (503), which bounds memory when clients outpace the models.
     http_restricted_api, grpc_restricted_api:
         Triton's restricted APIs: ``"<group>[,<group>...]:<key>=<value>"`` (or a list of them) lets
         requests to those API groups (health, metadata, inference, shared-memory, model-config,
@@ -195,6 +198,7 @@ class InferenceServer:
         exit_timeout_secs: float = 30.0,
         http_restricted_api: list[str] | tuple[str, ...] | str = (),
         grpc_restricted_api: list[str] | tuple[str, ...] | str = (),
+        max_pending_requests: int = 65536,
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -202,6 +206,11 @@ class InferenceServer:
             )
         if repository_poll_secs <= 0:
             raise InvalidArgumentError(f"repository_poll_secs must be > 0, got {repository_poll_secs}")
+        if max_pending_requests < 1:
+            raise InvalidArgumentError(f"max_pending_requests must be >= 1, got {max_pending_requests}")
+        self.max_pending_requests = max_pending_requests
+        self._pending = 0
+        self._pending_lock = threading.Lock()
         self.repository = Path(model_repository)
         if not self.repository.is_dir():
             raise NotFoundError(f"model repository {self.repository} does not exist or is not a folder")
@@ -524,7 +533,7 @@ class InferenceServer:
         stats = self.stats.model(name, number)
         version = _Version(name, number, config, source / str(number), stats)
         if is_ensemble(config):
-            version.ensemble = EnsembleScheduler(name, number, config, self.infer_async)
+            version.ensemble = EnsembleScheduler(name, number, config, self._infer_step)
             return version
         version.scheduler = Scheduler(name, number, SchedulerSettings.from_config(config),
                                       lambda backend, requests: self._run_batch(version, backend, requests))
@@ -694,7 +703,37 @@ class InferenceServer:
         return serving[version]
 
     def infer_async(self, request: InferRequest) -> Future:
-        """Queue a request; the future resolves to an InferResponse or an exception."""
+        """Queue a request; the future resolves to an InferResponse or an exception.
+
+        At most ``max_pending_requests`` requests wait or run at once, server-wide: past that a
+        request is refused at once (UNAVAILABLE), so clients sending faster than the models serve
+        cannot make memory grow without end (a model's ``max_queue_size`` refuses earlier)."""
+        with self._pending_lock:
+            if self._pending >= self.max_pending_requests:
+                raise UnavailableError(
+                    f"the server has {self._pending} pending requests (max_pending_requests "
+                    f"{self.max_pending_requests}): model '{request.model_name}' request refused")
+            self._pending += 1
+        try:
+            future = self._infer_step(request)
+        except BaseException:
+            self._release_pending(None)
+            raise
+        future.add_done_callback(self._release_pending)
+        return future
+
+    def _release_pending(self, _future: Future | None) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests accepted and not yet answered, server-wide (ensemble steps not counted)."""
+        return self._pending
+
+    def _infer_step(self, request: InferRequest) -> Future:
+        """:meth:`infer_async` without the server-wide limit: for the steps of an ensemble the
+        limit has already admitted."""
         if self._stopped:
             raise UnavailableError("the server is stopped")
         for attempt in range(3):
