@@ -332,3 +332,19 @@ def test_a_server_wide_limit_on_pending_requests_refuses_the_excess_at_once(repo
         assert client.infer("slow", {"X": x()}).as_numpy("Y") is not None  # room again
     with pytest.raises(InvalidArgumentError, match="max_pending_requests must be >= 1"):
         InferenceServer(repo, max_pending_requests=0)
+
+
+def test_a_model_that_hangs_answers_with_timeouts_and_the_server_still_stops(repo):
+    write_scale_model(repo, name="hang", extra='parameters { key: "sleep_s" value: { string_value: "1000" } }')
+    server = serve(repo, exit_timeout_secs=1)
+    client = server.client()
+    with pytest.raises(UnavailableError, match=r"no response within 0\.3 s"):
+        client.infer("hang", {"X": x()}, timeout_microseconds=300_000)
+    stuck = client.async_infer("hang", {"X": x()})
+    # the executing batch outlives exit_timeout_secs: it is failed and its thread left behind
+    stopping = threading.Thread(target=server.stop)
+    stopping.start()
+    stopping.join(timeout=60)
+    assert not stopping.is_alive(), "stop() hung on a model that hangs"
+    with pytest.raises(UnavailableError, match=r"did not finish the request|unloaded before the request ran"):
+        stuck.get_result(timeout=5)

@@ -130,6 +130,7 @@ class _Worker:
     def __init__(self, scheduler: Scheduler, instance: object, name: str) -> None:
         self.instance = instance
         self.retire = False
+        self.running: list[_Pending] = []  # the batch it executes now (failed by a stop that times out)
         self.thread = threading.Thread(target=scheduler._work, args=(self,), name=name, daemon=True)
 
 
@@ -368,6 +369,13 @@ class Scheduler:
             self._dispatch(worker, batch)
 
     def _dispatch(self, worker: _Worker, batch: list[_Pending]) -> None:
+        worker.running = batch
+        try:
+            self._execute(worker, batch)
+        finally:
+            worker.running = []
+
+    def _execute(self, worker: _Worker, batch: list[_Pending]) -> None:
         order = next(self._dispatch_counter)
         live = [p for p in batch if not p.future.cancelled()]  # the client gave up waiting
         outcome: list[InferResponse] | BaseException
@@ -396,10 +404,12 @@ class Scheduler:
                 self._next_release += 1
 
     # ------------------------------------------------------------------ stopping
-    def stop(self, drain: bool = True) -> list[object]:
+    def stop(self, drain: bool = True, timeout_s: float | None = None) -> list[object]:
         """Stop accepting requests; answer queued ones (drain) or fail them; join the workers.
 
-        Returns the instances, for the caller to finalize.
+        Returns the instances, for the caller to finalize. With ``timeout_s``, a worker still
+        executing after it (a model that hangs) has its batch failed and is left behind — a daemon
+        thread, its instance not finalized: a stop must end, and every request must be answered.
         """
         with self._cond:
             self._stopping = True
@@ -410,11 +420,21 @@ class Scheduler:
                 self._delayed.clear()
             self._cond.notify_all()
         workers = list(self._workers)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        finished = []
         for worker in workers:
-            worker.thread.join()
+            worker.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if not worker.thread.is_alive():
+                finished.append(worker)
+                continue
+            log.warning("model '%s' version %s: instance %s still executing after %.1f s; its requests fail and "
+                        "it is left behind", self.model_name, self.version, worker.thread.name, timeout_s)
+            for pending in list(worker.running):
+                _fail(pending, UnavailableError(
+                    f"model '{self.model_name}' did not finish the request before the server stopped"))
         with self._cond:
             self._workers.clear()
-        return [w.instance for w in workers]
+        return [w.instance for w in finished]
 
 
 def _fail(pending: _Pending, error: BaseException) -> None:

@@ -576,7 +576,9 @@ class InferenceServer:
         def retire() -> None:
             if version.scheduler is None:
                 return
-            for backend in version.scheduler.stop(drain=drain):
+            # a stopping server waits at most exit_timeout_secs for a batch that is executing
+            timeout = self._frontend_options.exit_timeout_secs if self._stopped else None
+            for backend in version.scheduler.stop(drain=drain, timeout_s=timeout):
                 try:
                     backend.finalize()
                 except Exception:
