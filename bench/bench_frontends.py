@@ -44,7 +44,6 @@ import os
 import re
 import resource
 import shutil
-import signal
 import statistics
 import struct
 import subprocess
@@ -54,6 +53,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from serve_process import triton_nb_serve
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "ensemble"
@@ -296,40 +297,13 @@ def _ready(http_url: str) -> bool:
 
 
 @contextlib.contextmanager
-def triton_nb_server(repo: Path, log_path: Path, startup_timeout_s: float = 180.0):
-    """``triton-nb serve`` on ``repo`` in a child process, as a deployment runs it (the command a user
-    would start; it also keeps the loaded models out of the garbage collector's scans); yields
-    (http_url, grpc_url)."""
-    command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repo), "--http-port", "0",
-               "--grpc-port", "0", "--allow-metrics", "false"]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT)
-    try:
-        urls: dict[str, str] = {}
-        deadline = time.monotonic() + startup_timeout_s
-        while len(urls) < 2:
-            line = process.stdout.readline()
-            if not line or time.monotonic() > deadline:
-                process.kill()
-                process.wait()
-                raise RuntimeError(f"triton-nb serve did not start:\n{log_path.read_text()[-4000:]}")
-            found = re.match(r"Started (HTTPService|GRPCInferenceService) at (\S+)", line)
-            if found:
-                urls[found.group(1)] = found.group(2)
-        http_url, grpc_url = urls["HTTPService"], urls["GRPCInferenceService"]
-        while not _ready(http_url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"triton_nb server not ready:\n{log_path.read_text()[-4000:]}")
+def triton_nb_server(repo: Path, log_path: Path):
+    """``triton-nb serve`` on ``repo`` in a child process, as a deployment runs it (it also keeps the
+    loaded models out of the garbage collector's scans); yields (http_url, grpc_url)."""
+    with triton_nb_serve(repo, ("http", "grpc"), log_path) as (_, endpoints):
+        while not _ready(endpoints["http"]):
             time.sleep(0.2)
-        yield http_url, grpc_url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        yield endpoints["http"], endpoints["grpc"]
 
 
 @contextlib.contextmanager

@@ -15,15 +15,14 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
+from serve_process import triton_nb_serve
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,17 +87,8 @@ def http_agreement(repo: Path, levels: list[int], duration_s: float, wrk: str, r
     from triton_nb.perf import measure
     from triton_nb.perf.inputs import encode_http
 
-    command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repo), "--http-port", "0",
-               "--allow-grpc", "false", "--allow-metrics", "false"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-    try:
-        url = None
-        while url is None:
-            line = process.stdout.readline()
-            if not line:
-                raise RuntimeError("triton-nb serve did not start")
-            found = re.match(r"Started HTTPService at (\S+)", line)
-            url = found.group(1) if found else None
+    with triton_nb_serve(repo) as (_, endpoints):
+        url = endpoints["http"]
         work = Path(tempfile.mkdtemp(prefix="bench-perf-tool-"))
         body, header = encode_http("noop", {"X": np.zeros((1, 4), np.float32)})
         (work / "body.bin").write_bytes(body)
@@ -121,9 +111,6 @@ def http_agreement(repo: Path, levels: list[int], duration_s: float, wrk: str, r
             print(f"{level:>9} | {ours_rate:>17,.0f} | {wrk_rate:>11,.0f} | {ratio:>5.2f} | "
                   f"{'yes' if abs(ratio - 1) <= 0.15 else 'NO'}")
         shutil.rmtree(work, ignore_errors=True)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
 
 
 def main() -> None:

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from serve_process import triton_nb_serve
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,27 +85,13 @@ def main() -> None:
         load = InProcessLoad(server, "ensemble", requests, concurrency=args.concurrency)
         results["in-process"] = _soak(load, os.getpid(), args.warmup_s, args.duration_s)
 
-    command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repository),
-               "--http-port", "0", "--allow-grpc", "false", "--allow-metrics", "false"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-    try:
-        url = None
-        while url is None:
-            line = process.stdout.readline()
-            if not line:
-                raise RuntimeError("triton-nb serve did not start")
-            found = re.match(r"Started HTTPService at (\S+)", line)
-            url = found.group(1) if found else None
-        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep its pipe drained
+    with triton_nb_serve(repository) as (process, endpoints):
         from triton_nb.perf.load import RemoteTarget
 
-        config = RemoteTarget(url, "http").config("ensemble")
-        requests = request_inputs(config, frame, count=256)
+        url = endpoints["http"]
+        requests = request_inputs(RemoteTarget(url, "http").config("ensemble"), frame, count=256)
         load = NetworkLoad("http", url, "ensemble", requests, concurrency=args.concurrency)
         results["HTTP"] = _soak(load, process.pid, args.warmup_s, args.duration_s)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
 
     print(f"\nfraud ensemble, {args.concurrency} in flight, {args.duration_s:g} s after a {args.warmup_s:g} s warm-up")
     print(f"{'path':>10} | {'answered':>9} | {'failed':>6} | {'req/s':>7} | {'RSS MB start->end':>18} | "

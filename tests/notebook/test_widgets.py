@@ -255,7 +255,8 @@ ensemble_scheduling { step [
 
 
 def test_fil_engine_options_reload_the_model(tmp_path, monkeypatch):
-    xgb = pytest.importorskip("xgboost")
+    import xgboost as xgb
+
     from triton_nb.repository.export import export_tree_model
 
     monkeypatch.setenv("TRITON_NB_FIL_COMPILE", "0")  # no background compiler in this test
