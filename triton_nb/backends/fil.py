@@ -222,6 +222,45 @@ def _describe_load_error(exc: BaseException) -> str:
     return re.sub(r"^\[[0-9:]+\]\s+\S+:\d+:\s*", "", message)[:500]
 
 
+def _other_files_hint(version_dir: Path, model_type: str) -> str:
+    """A model_type that does not match the file written is the usual cause of a missing file: name
+    the FIL files the folder does hold, and the model_type that loads each."""
+    present = [(other, name) for other, name in FIL_MODEL_FILENAMES.items()
+               if other != model_type and (version_dir / name).is_file()]
+    if not present:
+        return ""
+    listed = ", ".join(f"'{name}' (model_type '{other}')" for other, name in present)
+    return f"; the version folder holds {listed}"
+
+
+def _sniff_model_type(data: bytes) -> str | None:
+    """The model_type a file's first bytes look like, when they say (binary formats mostly do not)."""
+    head = data[:4096].lstrip()
+    if head.startswith(b"{"):
+        rest = head[1:].lstrip()
+        if rest[:1] in (b'"', b"}"):
+            return "xgboost_json"
+        if rest[:1] and rest[:1] in b"UiIlL$#":  # UBJSON: a key's length marker follows the brace
+            return "xgboost_ubj"
+        return None
+    if head.startswith(b"tree\n") or b"\nmax_feature_idx=" in head:
+        return "lightgbm"
+    return None
+
+
+def _content_hint(data: bytes, model_type: str) -> str:
+    """What a file that fails to load looks like: Treelite's own message for a file in another format
+    is often a C++ detail (``basic_string::_M_replace_aux``), and a truncated file names no cause."""
+    sniffed = _sniff_model_type(data)
+    if sniffed is not None and sniffed != model_type:
+        return f" (the file looks like model_type '{sniffed}', not '{model_type}')"
+    if sniffed == "xgboost_json" and not data.rstrip().endswith(b"}"):
+        return " (the JSON ends before it is complete: is the file truncated?)"
+    if not data.strip():
+        return " (the file is empty)"
+    return ""
+
+
 def _load_treelite(path: Path, model_type: str, allow_unknown_field: bool) -> Any:
     import treelite
 
@@ -274,13 +313,14 @@ def _load_model(context: ModelContext, model_type: str, parameters: dict[str, st
     if not path.is_file():
         raise NotFoundError(
             f"{where}: FIL model file '{path}' is missing (model_type '{model_type}' loads '{filename}' "
-            "from the version folder)"
+            f"from the version folder){_other_files_hint(path.parent, model_type)}"
         )
     data = path.read_bytes()
 
     def invalid(exc: BaseException) -> InvalidArgumentError:
         return InvalidArgumentError(
             f"{where}: cannot load FIL model file '{path}' as model_type '{model_type}': {_describe_load_error(exc)}"
+            f"{_content_hint(data, model_type)}"
         )
 
     try:

@@ -87,6 +87,10 @@ _real_import = builtins.__import__
 # Names a model folder must never shadow: the interpreter's own modules and Triton's utils.
 _PROTECTED = frozenset(getattr(sys, "stdlib_module_names", ())) | {PB_UTILS_MODULE, "triton_nb"}
 _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+# What model code may raise and be answered as the model's error. SystemExit is one: sys.exit() in a
+# model ends a Triton stub process, whose requests then fail; here, unhandled, it would silently end
+# the instance's worker thread (or its asyncio loop) and leave every request to it waiting forever.
+_MODEL_ERRORS = (Exception, SystemExit)
 
 
 def install_pb_utils() -> None:
@@ -264,7 +268,7 @@ class _LoadedModule:
                     spec.loader.exec_module(module)
             except BaseException as exc:
                 self.unload()
-                if isinstance(exc, Exception):
+                if isinstance(exc, _MODEL_ERRORS):
                     raise InternalError(
                         f"model '{self.model_name}': failed to load {self.file}: {_describe(exc)}"
                     ) from exc
@@ -300,7 +304,16 @@ class _LoadedModule:
         self.module = None
 
 
+class _ModelExit(RuntimeError):
+    """A model's ``sys.exit()`` inside ``async def execute``, carried out of the event loop as an error."""
+
+    def __init__(self, exit_: SystemExit) -> None:
+        super().__init__(_describe(exit_))
+
+
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, _ModelExit):
+        return str(exc)
     if isinstance(exc, (pb_utils.TritonModelException, TritonNBError)):
         return str(exc) or type(exc).__name__
     text = str(exc)
@@ -344,7 +357,7 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
                 result = hook(pb_utils.ModelConfig(data))
             except ValueError as exc:
                 raise InvalidArgumentError(f"model '{name}': auto_complete_config: {exc}") from exc
-            except Exception as exc:
+            except _MODEL_ERRORS as exc:
                 raise InternalError(f"model '{name}': auto_complete_config failed: {_describe(exc)}") from exc
         if not isinstance(result, pb_utils.ModelConfig):
             raise InternalError(
@@ -431,7 +444,7 @@ class PythonBackend(Backend):
                         self._run_coroutine(outcome)
             if not hasattr(self._model, "execute"):
                 raise InternalError(f"Python model {self._loaded.file} does not implement `execute` method.")
-        except Exception as exc:
+        except _MODEL_ERRORS as exc:
             self._release()
             raise InternalError(f"model '{self.name}' initialize failed: {_describe(exc)}") from exc
 
@@ -472,7 +485,7 @@ class PythonBackend(Backend):
                         self._run_background(result, wrapped)
                         return None
                     result = self._run_coroutine(result)
-        except Exception as exc:
+        except _MODEL_ERRORS as exc:
             self._close_senders(wrapped)
             self._logger.error("model '%s': execute failed", self.name, exc_info=True)
             raise InternalError(
@@ -575,7 +588,10 @@ class PythonBackend(Backend):
 
     async def _in_context(self, coroutine: Any) -> Any:
         with pb_utils._calling(self._call):
-            return await coroutine
+            try:
+                return await coroutine
+            except SystemExit as exc:  # asyncio lets it stop the loop, and the awaiting thread would wait forever
+                raise _ModelExit(exc) from exc
 
     def _run_coroutine(self, coroutine: Any) -> Any:
         return self._event_loop().submit(self._in_context(coroutine)).result()
@@ -627,7 +643,7 @@ class PythonBackend(Backend):
                     outcome = hook()
                     if inspect.iscoroutine(outcome):
                         asyncio.run(outcome)
-            except Exception:
+            except _MODEL_ERRORS:
                 self._logger.exception("model '%s': finalize raised; the instance is unloaded anyway", self.name)
         self._model = None
         self._release()
