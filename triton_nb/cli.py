@@ -161,8 +161,14 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
                        help="on SIGINT/SIGTERM, how long requests in flight have to finish")
+    serve.add_argument("--http-read-timeout-secs", type=_positive_float, default=60.0,
+                       help="an HTTP request must arrive whole within this, from its first byte, or get 408")
+    serve.add_argument("--http-timeout-keep-alive-secs", type=_positive_float, default=75.0,
+                       help="an HTTP connection idle this long, with no request under way, is closed")
     serve.add_argument("--max-pending-requests", type=_positive_int, default=65536,
                        help="requests waiting or running at once, server-wide; the excess is refused (503)")
+    serve.add_argument("--max-string-bytes", type=_positive_int, default=1024 * 1024,
+                       help="the longest element a BYTES (string) input may hold")
     serve.add_argument("--http-restricted-api", action="append", default=[], metavar="GROUPS:KEY=VALUE",
                        help="Triton's restricted APIs: e.g. model-repository,logging:admin-key=secret (repeatable)")
     serve.add_argument("--grpc-restricted-api", "--grpc-restricted-protocol", action="append", default=[],
@@ -450,8 +456,12 @@ def _serve(args: argparse.Namespace) -> int:
         grpc_address=args.grpc_address, metrics_address=args.metrics_address,
         max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
         exit_timeout_secs=args.exit_timeout_secs, http_restricted_api=args.http_restricted_api,
-        max_pending_requests=args.max_pending_requests,
+        http_read_timeout_secs=args.http_read_timeout_secs,
+        http_timeout_keep_alive_secs=args.http_timeout_keep_alive_secs,
+        max_pending_requests=args.max_pending_requests, max_string_bytes=args.max_string_bytes,
         grpc_restricted_api=args.grpc_restricted_api,
+        # tritonserver's explicit mode is network model control; so it is here
+        network_model_control=args.model_control_mode == "explicit",
     )
     try:
         # Everything loaded so far lives as long as the server: keep it out of the cyclic garbage

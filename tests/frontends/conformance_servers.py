@@ -49,7 +49,8 @@ def start_server(kind: str, repo: Path) -> _Server:
         return _Server(Endpoint(kind, real.http_url, real.grpc_url, real.metrics_url, real), real.stop)
     import triton_nb
 
-    ours = triton_nb.serve(repo, model_control_mode="explicit", http_port=0, grpc_port=0, metrics_port=0)
+    ours = triton_nb.serve(repo, model_control_mode="explicit", http_port=0, grpc_port=0, metrics_port=0,
+                           network_model_control=True)
     endpoint = Endpoint(
         kind,
         f"127.0.0.1:{ours.http_port}",

@@ -93,7 +93,7 @@ def test_tune_writes_the_recommended_config_and_plots(repo, tmp_path, capsys):
 
 def test_perf_and_tune_by_url_print_the_config_instead_of_writing_it(repo, capsys):
     before = (repo / "scale" / "config.pbtxt").read_text()
-    with serve(repo, http_port=0) as server:
+    with serve(repo, http_port=0, network_model_control=True) as server:
         url = server.endpoints["http"]
         assert main(["perf", "-m", "scale", "-u", url, "--concurrency-range", "1", *SHORT]) == 0
         assert [row[0] for row in _table(capsys.readouterr().out, "Concurrency")] == ["1"]

@@ -178,3 +178,28 @@ def test_problem_is_one_line_with_model_file_and_field():
         "error: model 'fil': config.pbtxt: parameters.model_type: 'catboost' is not one of "
         "xgboost, xgboost_json, xgboost_ubj, lightgbm, treelite_checkpoint"
     )
+
+
+PYTHON = 'backend: "python" max_batch_size: 4 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] ' \
+         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+
+
+@pytest.mark.parametrize(("path", "inside"), [
+    ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", True),
+    ("$$TRITON_MODEL_DIRECTORY/envs/py311.tar.gz", True),
+    ("/opt/envs/py311.tar.gz", False),
+    ("$$TRITON_MODEL_DIRECTORY/../other/env.tar.gz", False),
+    ("$$TRITON_MODEL_DIRECTORY/envs/../../env.tar.gz", False),
+    ("env.tar.gz", False),
+    ("$$TRITON_MODEL_DIRECTORY\\..\\env.tar.gz", False),
+])
+def test_execution_env_path_must_stay_in_the_model_folder(path, inside):
+    text = PYTHON + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{path}" }} }}'
+    text = text.replace("\\", "\\\\")  # protobuf text escapes
+    problems = check_model_config(parse_config(text), "preprocessing")
+    if inside:
+        assert problems == []
+    else:
+        [problem] = problems
+        assert problem.field == "parameters.EXECUTION_ENV_PATH" and problem.model == "preprocessing"
+        assert "must be inside the model folder" in problem.message and path in problem.message

@@ -9,12 +9,9 @@ import gzip
 import http.client
 import json
 import logging
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -25,6 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_python_model, write_scale_model
+from serve_cli import start_serve
 from tritonclient.utils import InferenceServerException
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
@@ -53,7 +51,8 @@ def _infer_body(values: list[float], **extra: object) -> bytes:
 @pytest.fixture
 def network_server(repo):
     write_python_model(repo, "counter", DECOUPLED_CONFIG, DECOUPLED_MODEL)
-    with serve(repo, http_port=0, grpc_port=0, metrics_port=0, max_request_bytes=64 * 1024) as server:
+    with serve(repo, http_port=0, grpc_port=0, metrics_port=0, max_request_bytes=64 * 1024,
+               network_model_control=True) as server:
         yield server
 
 
@@ -198,6 +197,29 @@ def test_network_model_control_is_refused_unless_explicit(repo):
         assert server.is_model_ready("scale")
 
 
+def test_network_model_control_is_off_by_default_even_in_explicit_mode(repo):
+    """A load may carry a model.py, so loading over the network is opt-in; the kernel's own calls
+    are not network calls."""
+    with serve(repo, http_port=0, grpc_port=0) as server:
+        assert server.model_control_mode == "explicit"
+        load = json.dumps({"parameters": {"file:1/model.py": base64.b64encode(b"import os").decode()}}).encode()
+        for route, body in (("load", load), ("unload", b"{}")):
+            status, _, answer = _request(server.http_port, "POST", f"/v2/repository/models/scale/{route}", body)
+            assert status == 403
+            assert json.loads(answer)["error"] == (
+                f"model 'scale': {route} over the network is off; start the server with network_model_control=True "
+                f"(triton-nb serve: --model-control-mode=explicit) to allow it")
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException, match="over the network is off") as caught:
+                call("scale")
+            assert caught.value.status() == "StatusCode.PERMISSION_DENIED"
+        assert server.is_model_ready("scale")
+        assert "import os" not in (repo / "scale" / "1" / "model.py").read_text()
+        server.unload_model("scale")  # the notebook itself may
+        assert not server.is_model_ready("scale")
+
+
 def test_logging_settings(network_server):
     port = network_server.http_port
     settings = json.loads(_request(port, "GET", "/v2/logging")[2])
@@ -294,26 +316,15 @@ def test_metrics_endpoint_serves_prometheus_text(network_server):
 
 
 def test_cli_serve_prints_endpoints_and_stops_on_sigterm(repo):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--metrics-port=0", "--model-control-mode=explicit", "--load-model", "scale"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    process, ports, lines = start_serve(repo, "--model-control-mode=explicit", "--load-model", "scale")
     try:
-        lines = []
-        ports = {}
-        while len(ports) < 3:
-            line = process.stdout.readline()
-            assert line, "".join(lines)
-            lines.append(line)
-            found = re.match(r"Started (\w+).* at 127\.0\.0\.1:(\d+)", line)
-            if found:
-                ports[found.group(1)] = int(found.group(2))
         assert any(re.match(r"\| scale +\| 1 +\| READY", line) for line in lines), "".join(lines)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{ports['HTTPService']}")
         x = httpclient.InferInput("X", [1, 2], "FP32")
         x.set_data_from_numpy(np.array([[1, 2]], np.float32))
         np.testing.assert_array_equal(client.infer("scale", [x]).as_numpy("Y"), [[2, 4]])
+        client.unload_model("scale")  # explicit mode on the command line is network model control, as tritonserver's
+        assert not client.is_model_ready("scale")
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
         assert process.returncode == 0, output
@@ -347,7 +358,7 @@ def test_stopping_ends_the_grpc_relay_process(repo):
 
 
 def test_restricted_apis_need_their_header_over_http_and_grpc(repo):
-    with serve(repo, model_control_mode="explicit", http_port=0, grpc_port=0,
+    with serve(repo, model_control_mode="explicit", http_port=0, grpc_port=0, network_model_control=True,
                http_restricted_api="model-repository,logging:admin-key=s3cret",
                grpc_restricted_api=["model-repository:admin-key=s3cret"]) as server:
         port = server.http_port

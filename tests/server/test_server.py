@@ -157,6 +157,10 @@ def test_file_overrides_are_confined_to_the_model_folder(repo):
         assert server.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 4.0
         with pytest.raises(InvalidArgumentError, match="need a config override"):
             server.load_model("scale", files={"file:1/model.py": model_py})
+        escaping = config + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/opt/env.tar.gz" } }'
+        with pytest.raises(InvalidArgumentError, match=r"model 'scale'.*EXECUTION_ENV_PATH.*inside the model folder"):
+            server.load_model("scale", config=_json(escaping))
+        assert server.client().infer("scale", {"X": x()}).as_numpy("Y")[0, 1] == 4.0  # the loaded one serves on
 
 
 def _json(pbtxt: str) -> str:

@@ -314,10 +314,31 @@ def check_model_config(config: ModelConfig, model: str, file: str = CONFIG_FILEN
             problem("ensemble_scheduling.step", "an ensemble needs at least one step")
     elif config.backend == "fil":
         problems.extend(_check_fil(config, model, file))
-    elif config.backend not in ("python", "onnxruntime"):
+    elif config.backend == "python":
+        problems.extend(_check_python(config, model, file))
+    elif config.backend != "onnxruntime":
         problem("backend", f"backend '{config.backend}' is not one triton_nb serves "
                 "(fil, python, onnxruntime, or platform ensemble)", severity="warning")
     return problems
+
+
+_MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
+
+
+def _check_python(config: ModelConfig, model: str, file: str) -> list[Problem]:
+    """EXECUTION_ENV_PATH stays inside the model folder. Real Triton takes any path, but an
+    environment is code that runs; a repository that points outside itself is not self-contained
+    either, and a load over the network (a config override) must not reach the server's disk."""
+    parameter = config.parameters.get("EXECUTION_ENV_PATH")
+    if parameter is None:
+        return []
+    value = parameter.string_value
+    inside = value.startswith(_MODEL_DIRECTORY + "/") and ".." not in value.split("/") and "\\" not in value
+    if inside:
+        return []
+    return [Problem(model, file, "parameters.EXECUTION_ENV_PATH",
+                    f"'{value}' must be inside the model folder: '{_MODEL_DIRECTORY}/<archive>.tar.gz' "
+                    "without '..'")]
 
 
 def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:

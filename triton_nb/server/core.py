@@ -36,6 +36,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import (
+    ForbiddenError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
@@ -169,9 +170,22 @@ class InferenceServer:
     exit_timeout_secs:
         On :meth:`stop`, how long requests in flight over the network have to finish before the
         rest are failed (Triton's ``--exit-timeout-secs``).
+    http_read_timeout_secs, http_timeout_keep_alive_secs:
+        An HTTP request must arrive whole (head and body) within ``http_read_timeout_secs`` of its
+        first byte, or it is answered 408 and its connection closed (slow clients); a connection
+        with no request under way is closed after ``http_timeout_keep_alive_secs`` idle.
     max_pending_requests:
         Requests that may wait or run at once, server-wide; past it requests are refused at once
         with UNAVAILABLE (503), which bounds memory when clients outpace the models.
+    max_string_bytes:
+        The longest element a BYTES (string) input may hold, on every path (in-process too). The
+        fraud pipeline's strings are a few dozen bytes; the limit stops one enormous value from
+        costing the preprocessing its memory and time. Raise it for models that take documents.
+    network_model_control:
+        Let HTTP and gRPC clients load and unload models (the repository API). Off by default,
+        even in explicit mode: a load may carry a ``model.py`` as a file override, which is code
+        this process would run for anyone who can reach the port. The notebook's own calls
+        (:meth:`load_model`, the magics, the tuner) are not network calls and always work.
     http_restricted_api, grpc_restricted_api:
         Triton's restricted APIs: ``"<group>[,<group>...]:<key>=<value>"`` (or a list of them) lets
         requests to those API groups (health, metadata, inference, shared-memory, model-config,
@@ -196,9 +210,13 @@ class InferenceServer:
         max_tensor_elements: int = 16 * 1024 * 1024,
         grpc_max_message_bytes: int = 64 * 1024 * 1024,
         exit_timeout_secs: float = 30.0,
+        http_read_timeout_secs: float = 60.0,
+        http_timeout_keep_alive_secs: float = 75.0,
         http_restricted_api: list[str] | tuple[str, ...] | str = (),
         grpc_restricted_api: list[str] | tuple[str, ...] | str = (),
         max_pending_requests: int = 65536,
+        max_string_bytes: int = 1024 * 1024,
+        network_model_control: bool = False,
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -209,6 +227,10 @@ class InferenceServer:
         if max_pending_requests < 1:
             raise InvalidArgumentError(f"max_pending_requests must be >= 1, got {max_pending_requests}")
         self.max_pending_requests = max_pending_requests
+        if max_string_bytes < 1:
+            raise InvalidArgumentError(f"max_string_bytes must be >= 1, got {max_string_bytes}")
+        self.max_string_bytes = max_string_bytes
+        self.network_model_control = bool(network_model_control)
         self._pending = 0
         self._pending_lock = threading.Lock()
         self.repository = Path(model_repository)
@@ -228,7 +250,8 @@ class InferenceServer:
             http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, http_address=http_address,
             grpc_address=grpc_address, metrics_address=metrics_address, max_request_bytes=max_request_bytes,
             max_tensor_elements=max_tensor_elements, grpc_max_message_bytes=grpc_max_message_bytes,
-            exit_timeout_secs=exit_timeout_secs,
+            exit_timeout_secs=exit_timeout_secs, http_read_timeout_secs=http_read_timeout_secs,
+            http_timeout_keep_alive_secs=http_timeout_keep_alive_secs,
             http_restricted_api=(http_restricted_api,) if isinstance(http_restricted_api, str) else tuple(
                 http_restricted_api),
             grpc_restricted_api=(grpc_restricted_api,) if isinstance(grpc_restricted_api, str) else tuple(
@@ -358,6 +381,14 @@ class InferenceServer:
         return True
 
     # ------------------------------------------------------------------ model control
+    def check_network_model_control(self, model: str, action: str) -> None:
+        """What the front ends ask before a network client's load or unload (see
+        ``network_model_control``). Modes none and poll keep Triton's own refusal."""
+        if self.model_control_mode == "explicit" and not self.network_model_control:
+            raise ForbiddenError(
+                f"model '{model}': {action} over the network is off; start the server with "
+                f"network_model_control=True (triton-nb serve: --model-control-mode=explicit) to allow it")
+
     def _require_explicit(self, action: str) -> None:
         if self.model_control_mode == "poll":
             raise UnavailableError(f"explicit model {action} is not allowed if polling is enabled")
@@ -400,6 +431,8 @@ class InferenceServer:
             except TritonNBError as exc:
                 if not model.versions:
                     model.states = {-1: (ModelState.UNAVAILABLE, str(exc))}
+                else:  # a failed reload marked its versions LOADING; the serving ones still serve
+                    model.states = {v: (ModelState.READY, "") for v in model.versions}
                 raise
             old = model.versions
             model.versions = {v.version: v for v in loaded}
@@ -741,7 +774,8 @@ class InferenceServer:
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
-                _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None)
+                _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
+                               self.max_string_bytes)
             except TritonNBError:
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
                                             reason="OTHER")
@@ -957,13 +991,14 @@ def _gpu_available() -> bool:
     return xgboost_cuda_available()
 
 
-def _check_request(target: _Version, request: InferRequest, live_max_batch_size: int | None = None) -> None:
+def _check_request(target: _Version, request: InferRequest, live_max_batch_size: int | None = None,
+                   max_string_bytes: int | None = None) -> None:
     """Names, datatypes and shapes against the config, before the request is queued. The
     messages are Triton's own (``InferenceRequest::Normalize``), so a client sees the same text
     from triton_nb and from Triton.
 
     ``live_max_batch_size`` is the scheduler's current limit, which a live update may have
-    lowered below the config's."""
+    lowered below the config's; ``max_string_bytes`` bounds each element of a BYTES input."""
     name = target.name
     batching = target.config.max_batch_size > 0
     limit = live_max_batch_size or target.config.max_batch_size
@@ -989,6 +1024,8 @@ def _check_request(target: _Version, request: InferRequest, live_max_batch_size:
             raise InvalidArgumentError(
                 f"[request id: {request.request_id or '<id_unknown>'}] inference input '{tensor_name}' data-type is "
                 f"'{_datatype_name(array.dtype)}', but model '{name}' expects '{numpy_to_triton_dtype(spec.dtype)}'")
+        if max_string_bytes is not None and spec.dtype.kind == "O":
+            _check_string_lengths(name, tensor_name, array, max_string_bytes)
         shape = array.shape
         if batching:
             if len(shape) != len(spec.dims) + 1:
@@ -1008,6 +1045,26 @@ def _check_request(target: _Version, request: InferRequest, live_max_batch_size:
     for output in request.requested_outputs or ():
         if output not in target.outputs:
             raise InvalidArgumentError(f"unexpected inference output '{output}' for model '{name}'")
+
+
+def _check_string_lengths(model: str, tensor: str, array: np.ndarray, limit: int) -> None:
+    if array.dtype.kind == "S":  # fixed width: the itemsize bounds every element
+        if array.dtype.itemsize <= limit:
+            return
+        longest = max((len(v) for v in array.ravel()), default=0)
+    else:
+        flat = array.ravel()
+        try:
+            longest = max(map(len, flat), default=0)  # the common case: all bytes, one C loop
+        except TypeError:  # elements that are not strings are the backend's to refuse, not ours
+            longest = max((len(v) for v in flat if isinstance(v, bytes | str)), default=0)
+        if longest * 4 > limit:  # a str counts characters; UTF-8 may need up to 4 bytes each
+            longest = max((len(v.encode() if isinstance(v, str) else v) for v in flat
+                           if isinstance(v, bytes | str)), default=0)
+    if longest > limit:
+        raise InvalidArgumentError(
+            f"input '{tensor}' for model '{model}' has a {longest}-byte element, over the {limit}-byte limit "
+            f"(max_string_bytes)")
 
 
 def _names(names: Any) -> str:

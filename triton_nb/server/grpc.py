@@ -166,6 +166,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     if not isinstance(parameter, bytes):
                         raise InvalidArgumentError(f"model '{name}': file override '{key}' must be bytes_param")
                     files[key] = parameter
+            self._server.check_network_model_control(name, "load")
             loop = asyncio.get_running_loop()
             # loading runs a model's initialize(): seconds, so off the front ends' loop
             await loop.run_in_executor(None, lambda: self._server.load_model(name, config=config,
@@ -180,6 +181,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             dependents = request.parameters.get("unload_dependents")
             unload_dependents = bool(_parameter(dependents)) if dependents is not None else False
+            self._server.check_network_model_control(name, "unload")
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lambda: self._server.unload_model(
                 name, unload_dependents=unload_dependents))

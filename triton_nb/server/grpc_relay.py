@@ -63,6 +63,12 @@ UNARY_METHODS = (
 )
 
 
+# A stopping relay answers the calls still in flight at the end of its grace with this, then
+# gives them _CUT_S more to be written before gRPC cancels whatever is left.
+_STOPPED = b"UNAVAILABLE\0the server stopped before the request was answered"
+_CUT_S = 1.0
+
+
 def frame(kind: int, call_id: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), call_id, kind) + payload
 
@@ -135,7 +141,18 @@ class _Relay:
 
     async def _stop(self, grace: float) -> None:
         if self._server is not None:
-            await self._server.stop(grace)  # new calls refused at once; calls in flight answered
+            # new calls are refused at once; calls in flight have the grace to be answered
+            stopping = asyncio.ensure_future(self._server.stop(grace + _CUT_S))
+            done, _ = await asyncio.wait([stopping], timeout=grace)
+            if not done:
+                # what is left is answered here, saying why, before gRPC's own cut (its message,
+                # "Cancelling all calls", says nothing of the server stopping)
+                for future in self._calls.values():
+                    if not future.done():
+                        future.set_result((REPLY_ERROR, _STOPPED))
+                for queue in self._streams.values():
+                    queue.put_nowait((STREAM_END, _STOPPED))
+            await stopping
         self._shutdown.set()
 
     async def _check_restricted(self, method: str, context) -> None:
@@ -213,9 +230,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-bytes", type=int, required=True)
     parser.add_argument("--restricted", default="{}", help="JSON: {api group: [metadata key, value]}")
     args = parser.parse_args(argv)
-    # ^C in a terminal reaches the whole process group: the server decides when the relay stops
-    # (after answering the calls in flight), so the relay itself ignores it
+    # ^C in a terminal reaches the whole process group, and so does SIGTERM from a service manager
+    # (systemd's default) or `kill -- -PGID`: the server decides when the relay stops (after
+    # answering the calls in flight), so the relay itself ignores both. It still ends when the
+    # server's process does, however that ends: its socket closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     link = socket.socket(fileno=args.fd)
     restricted = {group: (rule[0], rule[1]) for group, rule in json.loads(args.restricted).items()}
     relay = _Relay(link, args.max_message_bytes, restricted)

@@ -11,14 +11,24 @@ that is taken fails the start with a clear message instead of a log line in a th
 picks a free port and the bound ports are reported (:attr:`NetworkFrontends.ports`).
 
 Stopping is graceful, as Triton's: listeners close first, requests in flight are answered (the
-core is still serving them), then the loop ends; after ``exit_timeout_secs`` whatever is left is
-cancelled.
+core is still serving them), then the loop ends. After ``exit_timeout_secs`` the core fails what is
+still queued; the front ends wait a few seconds more (``_ANSWER_GRACE_S``) so those failures reach
+the clients as answers, and only then cut what is left (HTTP answers 503, gRPC UNAVAILABLE).
+
+Slow and idle clients: HTTP connections are served by
+:class:`triton_nb.server.http.GuardedHttpProtocol` — a request must arrive whole within
+``http_read_timeout_secs`` (else 408), a connection idle for ``http_timeout_keep_alive_secs``
+is closed, a request head is at most 64 KiB (else 431). There is no cap on the number of
+connections: uvicorn's ``limit_concurrency`` counts idle connections too, so a client holding
+many of them open would get every other client refused (503) — the timeouts free such
+connections instead, and the process's file descriptor limit bounds them meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import math
@@ -39,6 +49,10 @@ __all__ = ["FrontendOptions", "NetworkFrontends"]
 log = logging.getLogger(__name__)
 
 _LOOPBACK_NAMES = ("localhost",)
+# After exit_timeout_secs the core fails the requests still queued (and, a hung model's, the ones
+# executing); the front ends stay up this much longer so those failures reach the clients as
+# answers, not as connections cut by uvicorn's or gRPC's own shutdown.
+_ANSWER_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class FrontendOptions:
     max_tensor_elements: int = 16 * 1024 * 1024
     grpc_max_message_bytes: int = 64 * 1024 * 1024
     http_timeout_keep_alive_secs: float = 75.0
+    http_read_timeout_secs: float = 60.0
     exit_timeout_secs: float = 30.0
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_api: tuple[str, ...] = ()
@@ -70,6 +85,10 @@ class FrontendOptions:
                 raise InvalidArgumentError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.exit_timeout_secs < 0:
             raise InvalidArgumentError(f"exit_timeout_secs must be >= 0, got {self.exit_timeout_secs}")
+        for name in ("http_timeout_keep_alive_secs", "http_read_timeout_secs"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}")
         parse_restricted_api(self.http_restricted_api, "http_restricted_api")  # refused now, not at start
         parse_restricted_api(self.grpc_restricted_api, "grpc_restricted_api")
 
@@ -131,6 +150,7 @@ class NetworkFrontends:
         self._tasks: list[asyncio.Task] = []
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        self._stop_began: float | None = None  # the loop's time when begin_stop was called
         self._limits = WireLimits(options.max_request_bytes, options.max_tensor_elements)
 
     # ------------------------------------------------------------------ start
@@ -196,22 +216,28 @@ class NetworkFrontends:
     async def _serve(self, sockets: dict[str, socket.socket]) -> None:
         import uvicorn
 
-        from triton_nb.server.http import HttpApp, MetricsApp
+        from triton_nb.server.http import GuardedHttpProtocol, HttpApp, MetricsApp
 
+        options = self.options
         limits = self._limits
-        restricted = parse_restricted_api(self.options.http_restricted_api, "http_restricted_api")
+        restricted = parse_restricted_api(options.http_restricted_api, "http_restricted_api")
         apps = {"http": HttpApp(self._server, limits, self.log_settings, restricted),
                 "metrics": MetricsApp(self._server)}
+        sweepers = []
         for name, sock in sockets.items():
             config = uvicorn.Config(
-                apps[name], lifespan="off", http="httptools", log_config=None, access_log=False,
-                timeout_keep_alive=int(self.options.http_timeout_keep_alive_secs),
-                timeout_graceful_shutdown=math.ceil(self.options.exit_timeout_secs),
+                apps[name], lifespan="off", log_config=None, access_log=False,
+                # uvicorn's httptools protocol, with read deadlines and a head limit
+                http=functools.partial(GuardedHttpProtocol, read_timeout_s=options.http_read_timeout_secs),
+                timeout_keep_alive=options.http_timeout_keep_alive_secs,  # type: ignore[arg-type] # a float works
+                timeout_graceful_shutdown=math.ceil(options.exit_timeout_secs + _ANSWER_GRACE_S),
                 # the body limit is checked by the application, which names it in the error
             )
             server = uvicorn.Server(config)
             self._uvicorn.append(server)
-            self._tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
+            task = asyncio.ensure_future(server.serve(sockets=[sock]))
+            self._tasks.append(task)
+            sweepers.append(asyncio.ensure_future(self._sweep(server, task)))
         waits = list(self._tasks)
         if self._grpc is not None:
             link = await self._grpc.connect()
@@ -226,6 +252,29 @@ class NetworkFrontends:
                 await asyncio.sleep(0.005)
         self._ready.set()
         await asyncio.gather(*waits, return_exceptions=True)
+        for sweeper in sweepers:
+            sweeper.cancel()
+        # requests uvicorn cancelled at the end of its grace answer 503 as they unwind: let them
+        # write it before the loop closes
+        leftovers = [t for server in self._uvicorn for t in server.server_state.tasks]
+        if leftovers:
+            await asyncio.wait(leftovers, timeout=1.0)
+
+    async def _sweep(self, server: Any, serving: asyncio.Future) -> None:
+        """Check every connection's read and idle clocks, about once a second (more often for a
+        short timeout). Also while stopping: a request still arriving then has at most
+        ``exit_timeout_secs`` to arrive, as the requests in flight have to be answered, so a slow
+        client cannot hold the stop up (uvicorn waits for every connection to close)."""
+        from triton_nb.server.http import sweep_connections
+
+        options = self.options
+        period = max(0.05, min(1.0, options.http_read_timeout_secs / 4, options.http_timeout_keep_alive_secs / 4,
+                               options.exit_timeout_secs / 4))
+        loop = asyncio.get_running_loop()
+        while not serving.done():
+            await asyncio.sleep(period)
+            cutoff = None if self._stop_began is None else self._stop_began + options.exit_timeout_secs
+            sweep_connections(server.server_state.connections, loop.time(), cutoff)
 
     # ------------------------------------------------------------------ stop
     def begin_stop(self) -> None:
@@ -235,12 +284,13 @@ class NetworkFrontends:
             return
 
         def signal_exit() -> None:
+            self._stop_began = loop.time()
             for server in self._uvicorn:
                 server.should_exit = True
 
         if self._grpc is not None:
             # new calls are refused at once; the relay ends once the calls in flight are answered
-            self._grpc.begin_stop(self.options.exit_timeout_secs)
+            self._grpc.begin_stop(self.options.exit_timeout_secs + _ANSWER_GRACE_S)
 
         with contextlib.suppress(RuntimeError):  # the loop closed in between
             loop.call_soon_threadsafe(signal_exit)
@@ -263,7 +313,7 @@ class NetworkFrontends:
 
     def stop(self) -> None:
         self.begin_stop()
-        self.wait(self.options.exit_timeout_secs + 5)
+        self.wait(self.options.exit_timeout_secs + _ANSWER_GRACE_S + 5)
 
     @property
     def running(self) -> bool:

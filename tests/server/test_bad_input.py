@@ -1,0 +1,274 @@
+"""Bad input, one table, three paths: every case is sent in-process (``server.infer``), over HTTP
+(tritonclient.http, binary tensors) and over gRPC (tritonclient.grpc) to the exported fraud
+repository, and must fail the same way on each — the same message, naming the model and tensor,
+and the HTTP status and gRPC code that the in-process error class maps to (``wire_status``).
+
+Cases only the wire can express (malformed JSON, binary sizes that do not add up, oversize and
+gzip-bomb bodies) are in test_network_fuzz.py; the ones only Python can express (a list where an
+array belongs) are at the end of this file. Also here: what is *accepted* on purpose (NaN into
+the FIL model is XGBoost's "missing"), and that logs never carry tensor contents.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from triton_nb import serve
+from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
+from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS
+from triton_nb.repository import export_fraud_repository
+from triton_nb.server.core import _check_request
+from triton_nb.server.types import InferRequest, numpy_to_triton_dtype, text_to_bytes
+
+MAX_STRING_BYTES = 4096
+SECRET = "Zebra-Quokka-7731"  # a value no log line may ever show
+
+
+def _ensemble_inputs(frame, rows: int = 2) -> dict[str, np.ndarray]:
+    """The raw TabFormer columns as the ensemble's tensors: numbers FP32, the rest BYTES."""
+    sample = frame.head(rows)
+    tensors = {}
+    for column in RAW_INPUT_COLUMNS:
+        if column in ("User", "Card", "Year", "Month", "Day"):
+            tensors[column] = sample[column].to_numpy(np.float32).reshape(-1, 1)
+        else:
+            tensors[column] = text_to_bytes(sample[column]).reshape(-1, 1)
+    return tensors
+
+
+@dataclass
+class Case:
+    """One bad request: which model, how to spoil good inputs, and the error every path gives."""
+
+    id: str
+    model: str
+    spoil: object  # callable(frame) -> dict of tensors
+    error: type[TritonNBError]
+    message: str  # a regex that must match on all three paths
+    version: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _with(frame, **changes) -> dict[str, np.ndarray]:
+    tensors = _ensemble_inputs(frame)
+    for name, value in changes.items():
+        if value is None:
+            del tensors[name]
+        else:
+            tensors[name] = value
+    return tensors
+
+
+def _features(rows: int = 2, width: int = 15, dtype=np.float32) -> dict[str, np.ndarray]:
+    return {"input__0": np.ones((rows, width), dtype)}
+
+
+def _spoiled(name: str, value) -> object:
+    """The ensemble's good inputs with one FP32 value replaced in the second row."""
+    def spoil(frame):
+        tensors = _ensemble_inputs(frame)
+        tensors[name] = tensors[name].copy()
+        tensors[name][1, 0] = value
+        return tensors
+    return spoil
+
+
+CASES = [
+    Case("missing input", "ensemble", lambda f: _with(f, MCC=None), InvalidArgumentError,
+         r"expected 14 inputs but got 13 inputs for model 'ensemble'.*missing required input\(s\) \['MCC'\]"),
+    Case("extra input", "ensemble", lambda f: _with(f, Bogus=np.ones((2, 1), np.float32)), InvalidArgumentError,
+         r"expected 14 inputs but got 15 inputs for model 'ensemble'"),
+    Case("wrong datatype", "fil", lambda f: _features(dtype=np.float64), InvalidArgumentError,
+         r"inference input 'input__0' data-type is 'FP64', but model 'fil' expects 'FP32'"),
+    Case("BYTES into a numeric input", "ensemble",
+         lambda f: _with(f, User=np.array([[b"12"], [b"13"]], dtype=object)), InvalidArgumentError,
+         r"inference input 'User' data-type is 'BYTES', but model 'ensemble' expects 'FP32'"),
+    Case("numbers into a BYTES input", "ensemble", lambda f: _with(f, MCC=np.ones((2, 1), np.int64)),
+         InvalidArgumentError, r"inference input 'MCC' data-type is 'INT64', but model 'ensemble' expects 'BYTES'"),
+    Case("wrong shape", "fil", lambda f: _features(width=14), InvalidArgumentError,
+         r"unexpected shape for input 'input__0' for model 'fil'\. Expected \[-1,15\], got \[2,14\]"),
+    Case("missing batch dimension", "ensemble", lambda f: _with(f, User=np.ones(2, np.float32)), InvalidArgumentError,
+         r"unexpected shape for input 'User' for model 'ensemble'\. Expected \[-1,1\], got \[2\]"),
+    Case("inputs of different batch sizes", "ensemble", lambda f: _with(f, User=np.ones((3, 1), np.float32)),
+         InvalidArgumentError, r"model 'ensemble': inputs have different batch sizes"),
+    Case("batch over max_batch_size", "fil", lambda f: _features(rows=4097), InvalidArgumentError,
+         r"inference request batch-size must be <= 4096 for 'fil'"),
+    Case("empty batch", "fil", lambda f: _features(rows=0), InvalidArgumentError,
+         r"inference request batch-size must be <= 4096 for 'fil'"),
+    Case("unknown model", "frod", lambda f: _features(), NotFoundError,
+         r"Request for unknown model: 'frod' is not found"),
+    Case("unknown version", "fil", lambda f: _features(), NotFoundError,
+         r"Request for unknown model: 'fil' version 7 is not found", version="7"),
+    Case("unknown output", "fil", lambda f: _features(), InvalidArgumentError,
+         r"unexpected inference output 'nope' for model 'fil'", extra={"outputs": ["nope"]}),
+    Case("NaN in an FP32 feature", "ensemble", _spoiled("User", np.nan), InvalidArgumentError,
+         r"model 'preprocessing': column 'User' has missing or non-finite value\(s\): 'nan'"),
+    Case("+inf in an FP32 feature", "ensemble", _spoiled("Year", np.inf), InvalidArgumentError,
+         r"model 'preprocessing': column 'Year' has missing or non-finite value\(s\): 'inf'"),
+    Case("-inf in an FP32 feature", "ensemble", _spoiled("Card", -np.inf), InvalidArgumentError,
+         r"model 'preprocessing': column 'Card' has missing or non-finite value\(s\): '-inf'"),
+    Case("enormous string", "ensemble",
+         lambda f: _with(f, **{"Merchant City": np.array([[b"x" * 100_000], [b"Ames"]], dtype=object)}),
+         InvalidArgumentError,
+         rf"input 'Merchant City' for model 'ensemble' has a 100000-byte element, over the {MAX_STRING_BYTES}-byte "
+         r"limit \(max_string_bytes\)"),
+    Case("an amount that is not money", "ensemble",
+         lambda f: _with(f, Amount=np.array([[b"$1.00"], [b"twelve"]], dtype=object)), InvalidArgumentError,
+         r"ensemble 'ensemble', step 0 \('preprocessing'\).*'Amount'"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(trained, tmp_path_factory):
+    root = export_fraud_repository(trained, tmp_path_factory.mktemp("bad-input") / "repo")
+    with serve(root, http_port=0, grpc_port=0, max_string_bytes=MAX_STRING_BYTES) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def clients(server):
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    yield http, grpc
+    http.close()
+    grpc.close()
+
+
+def _wire_inputs(module, tensors: dict[str, np.ndarray]) -> list:
+    inputs = []
+    for name, array in tensors.items():
+        tensor = module.InferInput(name, list(array.shape), numpy_to_triton_dtype(array.dtype))
+        if module is httpclient:
+            tensor.set_data_from_numpy(array, binary_data=True)
+        else:
+            tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def _send_in_process(server, case: Case, tensors) -> BaseException:
+    request = InferRequest(case.model, tensors, model_version=int(case.version or -1),
+                           requested_outputs=case.extra.get("outputs"))
+    with pytest.raises(TritonNBError) as caught:
+        server.infer(request, timeout_s=60)
+    return caught.value
+
+
+def _send_wire(module, client, case: Case, tensors) -> InferenceServerException:
+    outputs = [module.InferRequestedOutput(o) for o in case.extra.get("outputs", [])] or None
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(case.model, _wire_inputs(module, tensors), model_version=case.version, outputs=outputs)
+    return caught.value
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_each_bad_input_fails_alike_on_all_three_paths(server, clients, fraud_frame, case):
+    tensors = case.spoil(fraud_frame)
+    http, grpc = clients
+    in_process = _send_in_process(server, case, tensors)
+    assert isinstance(in_process, case.error), in_process
+    http_status, grpc_code = wire_status(in_process)
+    over_http = _send_wire(httpclient, http, case, tensors)
+    over_grpc = _send_wire(grpcclient, grpc, case, tensors)
+    for path, message in (("in-process", str(in_process)), ("http", over_http.message()),
+                          ("grpc", over_grpc.message())):
+        assert message and re.search(case.message, message), f"{path}: {message}"
+    assert over_http.status() == str(http_status)
+    assert over_grpc.status() == f"StatusCode.{grpc_code}"
+    assert 400 <= http_status < 500  # bad input is the client's error, never the server's
+
+
+def test_the_server_still_serves_after_every_bad_input(server, clients, fraud_frame, trained):
+    http, grpc = clients
+    tensors = _ensemble_inputs(fraud_frame, rows=8)
+    expected = trained.predict(fraud_frame.head(8))
+    got_in_process = server.infer(InferRequest("ensemble", tensors), timeout_s=60).as_numpy("predictions")[:, 0]
+    got_http = http.infer("ensemble", _wire_inputs(httpclient, tensors)).as_numpy("predictions")[:, 0]
+    got_grpc = grpc.infer("ensemble", _wire_inputs(grpcclient, tensors)).as_numpy("predictions")[:, 0]
+    for got in (got_in_process, got_http, got_grpc):
+        np.testing.assert_array_equal(got, expected)
+    assert server.pending_requests == 0
+
+
+def test_nan_into_the_fil_model_is_xgboosts_missing_value_on_all_paths(server, clients, trained, fraud_frame):
+    """Not an error on purpose: Triton's FIL backend, like XGBoost, reads NaN as "missing" and
+    follows each split's default branch; the preprocessing is what refuses NaN in raw columns."""
+    http, grpc = clients
+    features = trained.features(fraud_frame.head(4)).astype(np.float32)
+    features[1, 2] = np.nan
+    features[3, :] = np.nan
+    proba = trained.booster.inplace_predict(features, iteration_range=(0, trained.best_iteration + 1))
+    expected = (proba > trained.threshold).astype(np.float32)
+    tensors = {"input__0": features}
+    got = [
+        server.infer(InferRequest("fil", tensors), timeout_s=60).as_numpy("output__0")[:, 0],
+        http.infer("fil", _wire_inputs(httpclient, tensors)).as_numpy("output__0")[:, 0],
+        grpc.infer("fil", _wire_inputs(grpcclient, tensors)).as_numpy("output__0")[:, 0],
+    ]
+    for answer in got:
+        np.testing.assert_array_equal(answer, expected)
+
+
+def test_the_string_limit_counts_utf8_bytes_and_refuses_bad_settings(tmp_path, trained, fraud_frame):
+    root = export_fraud_repository(trained, tmp_path / "repo")
+    with serve(root, max_string_bytes=8) as server:
+        target = server._resolve("ensemble")
+        tensors = {name: np.array([[b"a"]], dtype=object) if array.dtype.kind == "O" else array
+                   for name, array in _ensemble_inputs(fraud_frame, rows=1).items()}
+        tensors["Merchant City"] = np.array([["ü" * 4]], dtype=object)  # 4 characters, 8 bytes: fits
+        _check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
+        tensors["Merchant City"] = np.array([["ü" * 5]], dtype=object)  # 5 characters, 10 bytes
+        with pytest.raises(InvalidArgumentError, match=r"'Merchant City' .* 10-byte element, over the 8-byte"):
+            _check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
+        tensors["Merchant City"] = np.array([[b"123456789"]], dtype="S9")  # fixed-width bytes arrays too
+        with pytest.raises(InvalidArgumentError, match=r"9-byte element, over the 8-byte"):
+            server.infer(InferRequest("ensemble", tensors), timeout_s=60)
+    with pytest.raises(InvalidArgumentError, match=r"max_string_bytes must be >= 1, got 0"):
+        serve(root, max_string_bytes=0)
+
+
+# ---------------------------------------------------------------------- in-process only
+@pytest.mark.parametrize(("tensors", "message"), [
+    ({"input__0": [[1.0] * 15]}, r"model 'fil': input 'input__0' must be a numpy array"),
+    ({"input__0": np.ones((1, 15), np.uint64).astype("M8[s]")},
+     r"inference input 'input__0' data-type is '<invalid: numpy datetime64\[s\]>', but model 'fil' expects 'FP32'"),
+    ({"input__0": np.array([["1.0"] * 15])},
+     r"inference input 'input__0' data-type is 'BYTES', but model 'fil' expects 'FP32'"),
+], ids=["a list", "datetimes", "numpy unicode"])
+def test_python_objects_only_the_in_process_path_can_send(server, tensors, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        server.infer(InferRequest("fil", tensors), timeout_s=60)
+
+
+# ---------------------------------------------------------------------- logs
+def test_logs_never_carry_tensor_contents(server, clients, fraud_frame, caplog, capfd):
+    """Served and refused requests on all three paths, with every logger at DEBUG: the value
+    sent (which the refusal's message does quote back to its client) appears in no log line."""
+    http, grpc = clients
+    caplog.set_level(logging.DEBUG)
+    secret = np.array([[SECRET.encode()], [b"Ames"]], dtype=object)
+    good = _with(fraud_frame, **{"Merchant City": secret})
+    bad = _with(fraud_frame, **{"Merchant City": secret, "Amount": np.array([[b"$1"], [SECRET.encode()]], object)})
+    server.infer(InferRequest("ensemble", good), timeout_s=60)
+    http.infer("ensemble", _wire_inputs(httpclient, good))
+    grpc.infer("ensemble", _wire_inputs(grpcclient, good))
+    refusals = []
+    for send in (lambda: server.infer(InferRequest("ensemble", bad), timeout_s=60),
+                 lambda: http.infer("ensemble", _wire_inputs(httpclient, bad)),
+                 lambda: grpc.infer("ensemble", _wire_inputs(grpcclient, bad))):
+        with pytest.raises((TritonNBError, InferenceServerException)) as caught:
+            send()
+        refusals.append(str(caught.value))
+    assert all(SECRET in text for text in refusals)  # the client is told what was wrong...
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    captured = capfd.readouterr()
+    assert SECRET not in logged  # ...the logs are not
+    assert SECRET not in captured.out and SECRET not in captured.err
