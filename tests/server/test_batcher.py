@@ -214,6 +214,24 @@ def test_a_failing_batch_fails_its_requests_only():
     scheduler.stop()
 
 
+@pytest.mark.parametrize("error", [ValueError("bad"), SystemExit("bye")], ids=["exception", "system-exit"])
+def test_whatever_a_backend_raises_fails_that_batch_and_the_worker_serves_on(error):
+    calls = []
+
+    def run_batch(instance, requests):
+        calls.append(len(requests))
+        if len(calls) == 1:
+            raise error
+        return [InferResponse(model_name="m", model_version=1, request_id=r.request_id) for r in requests]
+
+    scheduler = Scheduler("m", 1, SchedulerSettings(max_batch_size=4), run_batch)
+    scheduler.add_instance(object(), "w0")
+    with pytest.raises(InternalError, match=rf"model 'm': {type(error).__name__}: {error}"):
+        submit(scheduler, request("a")).result(timeout=5)
+    assert submit(scheduler, request("b")).result(timeout=5).request_id == "b"
+    scheduler.stop()
+
+
 def test_live_update_applies_to_the_next_batch():
     recorder = Recorder()
     scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (4,)}), recorder)

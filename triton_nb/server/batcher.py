@@ -387,7 +387,8 @@ class Scheduler:
                 )
         except TritonNBError as exc:
             outcome = exc
-        except Exception as exc:  # a backend bug fails this batch only; the worker keeps serving
+        except BaseException as exc:  # a backend bug (even a SystemExit from model code) fails
+            # this batch only: were it to end the worker, every later request would wait forever
             log.exception("model '%s' version %s: batch failed", self.model_name, self.version)
             outcome = InternalError(f"model '{self.model_name}': {type(exc).__name__}: {exc}")
         if self._settings.preserve_ordering:
