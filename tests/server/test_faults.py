@@ -615,3 +615,31 @@ def test_reload_over_http_and_grpc_under_load_has_zero_failures(tmp_path):
         assert not any(worker.is_alive() for worker in workers), "a client thread hung"
         assert errors == []
         assert set(seen) == {2.0, 7.0, 9.0}
+
+
+class _Exploit:
+    """Unpickled by a plain ``pickle.load``, this would run a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (eval, (f"__import__('pathlib').Path({str(self.marker)!r}).write_text('pwned')",))
+
+
+def test_a_malicious_label_encoders_pickle_is_refused_and_runs_nothing(trained, tmp_path):
+    """A repository is data: a pickle dropped into it must not run code in the server. The served
+    preprocessing loads its encoders with the same restricted unpickler the SDK uses."""
+    import pickle
+
+    repo = export_fraud_repository(trained, tmp_path / "repo")
+    marker = tmp_path / "pwned"
+    (repo / "preprocessing" / "1" / "label_encoders.pkl").write_bytes(pickle.dumps({"Zip": _Exploit(marker)}))
+    with serve(repo) as server:
+        index = {m["name"]: m for m in server.repository_index()}
+        assert index["preprocessing"]["state"] == "UNAVAILABLE"
+        assert re.search(r"model 'preprocessing' initialize failed: .*refusing to load 'builtins\.eval'",
+                         index["preprocessing"]["reason"]), index["preprocessing"]
+        assert index["ensemble"]["state"] == "UNAVAILABLE"
+        assert server.is_model_ready("fil")
+    assert not marker.exists()
