@@ -176,6 +176,8 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
                        help="the same for gRPC; clients send the metadata key triton-grpc-protocol-KEY, as Triton's do")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=64 * 1024 * 1024,
                        help="largest request body (HTTP, after decompression) and gRPC message")
+    serve.add_argument("--max-tensor-elements", type=_positive_int, default=16 * 1024 * 1024,
+                       help="the most elements one tensor of a network request may declare")
 
 
 # perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
@@ -455,6 +457,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port if args.allow_metrics else None, http_address=args.http_address,
         grpc_address=args.grpc_address, metrics_address=args.metrics_address,
         max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
+        max_tensor_elements=args.max_tensor_elements,
         exit_timeout_secs=args.exit_timeout_secs, http_restricted_api=args.http_restricted_api,
         http_read_timeout_secs=args.http_read_timeout_secs,
         http_timeout_keep_alive_secs=args.http_timeout_keep_alive_secs,

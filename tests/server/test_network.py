@@ -316,13 +316,18 @@ def test_metrics_endpoint_serves_prometheus_text(network_server):
 
 
 def test_cli_serve_prints_endpoints_and_stops_on_sigterm(repo):
-    process, ports, lines = start_serve(repo, "--model-control-mode=explicit", "--load-model", "scale")
+    process, ports, lines = start_serve(repo, "--model-control-mode=explicit", "--load-model", "scale",
+                                        "--max-tensor-elements", "4")
     try:
         assert any(re.match(r"\| scale +\| 1 +\| READY", line) for line in lines), "".join(lines)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{ports['HTTPService']}")
         x = httpclient.InferInput("X", [1, 2], "FP32")
         x.set_data_from_numpy(np.array([[1, 2]], np.float32))
         np.testing.assert_array_equal(client.infer("scale", [x]).as_numpy("Y"), [[2, 4]])
+        three = httpclient.InferInput("X", [3, 2], "FP32")
+        three.set_data_from_numpy(np.ones((3, 2), np.float32))
+        with pytest.raises(InferenceServerException, match="the limit of 4 elements"):  # the flag reached the server
+            client.infer("scale", [three])
         client.unload_model("scale")  # explicit mode on the command line is network model control, as tritonserver's
         assert not client.is_model_ready("scale")
         process.send_signal(signal.SIGTERM)
