@@ -255,6 +255,19 @@ def test_every_engine_gives_the_same_outputs(name, models, data, load):
         np.testing.assert_allclose(got, first, rtol=1e-5, atol=1e-5, err_msg=engine)
 
 
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_xgboost_engine_takes_input_that_is_not_aligned(models, data, load, offset):
+    """A binary tensor is a view into a request body at any offset; XGBoost's C API refuses float
+    data not aligned to 4 bytes ("Input pointer misalignment"), so the backend aligns it first."""
+    x = data[0][:5]
+    backend = load(models["xgb_binary"], engine="xgboost", predict_proba=True)
+    raw = bytearray(offset + x.nbytes)
+    raw[offset:] = x.tobytes()
+    misaligned = np.frombuffer(memoryview(raw)[offset:], dtype=np.float32).reshape(x.shape)
+    assert not misaligned.flags.aligned
+    np.testing.assert_array_equal(_run(backend, misaligned), _run(backend, x))
+
+
 def test_the_selector_follows_a_lasting_change_but_not_an_outlier():
     fast, slow = fil._Candidate("fast", 1, lambda x: x), fil._Candidate("slow", 2, lambda x: x)
     sizes = fil._CALIBRATION_SIZES

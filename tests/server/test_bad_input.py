@@ -272,3 +272,17 @@ def test_logs_never_carry_tensor_contents(server, clients, fraud_frame, caplog, 
     captured = capfd.readouterr()
     assert SECRET not in logged  # ...the logs are not
     assert SECRET not in captured.out and SECRET not in captured.err
+
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_binary_tensors_at_any_offset_of_a_body_are_decoded_aligned(offset):
+    """A binary tensor starts wherever the JSON header (or the tensor before it) ends; native code
+    such as XGBoost's C API refuses misaligned data, so the decoder copies a misaligned view."""
+    from triton_nb.server.protocol import array_from_buffer
+
+    x = np.arange(6, dtype=np.float32)
+    body = bytes(offset) + x.tobytes()
+    got = array_from_buffer("fil", "input__0", "FP32", (2, 3), memoryview(body)[offset:])
+    assert got.flags.aligned
+    np.testing.assert_array_equal(got, x.reshape(2, 3))

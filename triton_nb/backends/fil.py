@@ -1350,8 +1350,10 @@ class FilBackend(Backend):
             served.append((index, single))
         if arrays:
             x = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-            if x.dtype != np.float32 or not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x, dtype=np.float32)
+            if x.dtype != np.float32 or not x.flags.c_contiguous or not x.flags.aligned:
+                # XGBoost's C API refuses data not aligned to its itemsize ("Input pointer misalignment");
+                # a view into a request body can start anywhere
+                x = np.require(x, np.float32, ("C", "A"))
             outputs = self._predict(x)
             start = 0
             for (index, single), array in zip(served, arrays, strict=True):

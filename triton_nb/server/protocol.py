@@ -173,7 +173,11 @@ def array_from_buffer(model: str, tensor: str, datatype: Any, shape: tuple[int, 
             f"{list(shape)} needs {expected}")
     if _BIG_ENDIAN and dtype.itemsize > 1:  # the wire is little-endian
         return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
-    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    array = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    # A binary tensor starts wherever the JSON header or the tensor before it ended; native code
+    # (XGBoost, onnxruntime, a model's own) may need its itemsize alignment, so a misaligned view
+    # is copied. Aligned ones, the usual case, stay views of the body.
+    return array if array.flags.aligned else array.copy()
 
 
 # JSON cannot carry these exactly; Triton refuses them in JSON and asks for binary data.
