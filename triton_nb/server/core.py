@@ -750,7 +750,7 @@ class InferenceServer:
                     f"{self.max_pending_requests}): model '{request.model_name}' request refused")
             self._pending += 1
         try:
-            future = self._infer_step(request)
+            future = self._infer_step(request, self.max_string_bytes)
         except BaseException:
             self._release_pending(None)
             raise
@@ -766,16 +766,18 @@ class InferenceServer:
         """Requests accepted and not yet answered, server-wide (ensemble steps not counted)."""
         return self._pending
 
-    def _infer_step(self, request: InferRequest) -> Future:
+    def _infer_step(self, request: InferRequest, max_string_bytes: int | None = None) -> Future:
         """:meth:`infer_async` without the server-wide limit: for the steps of an ensemble the
-        limit has already admitted."""
+        limit has already admitted. Steps skip the string-length check (``max_string_bytes``
+        None): their strings are the ensemble's own inputs, checked once on the way in, or a
+        model's outputs."""
         if self._stopped:
             raise UnavailableError("the server is stopped")
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
                 _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
-                               self.max_string_bytes)
+                               max_string_bytes)
             except TritonNBError:
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
                                             reason="OTHER")
