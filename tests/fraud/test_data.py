@@ -36,7 +36,8 @@ ERROR_KINDS = (
     "Insufficient Balance",
     "Technical Glitch",
 )
-STR_DTYPE = pd.StringDtype(na_value=np.nan)
+# pandas' default string dtype: StringDtype(na_value=NaN) on pandas 3, object on pandas 2
+STR_DTYPE = pd.Series([], dtype="str").dtype
 EXPECTED_DTYPES = {
     "User": np.dtype("int64"),
     "Card": np.dtype("int64"),

@@ -75,7 +75,9 @@ def frame_uniques(frame: Any, unknown_value: str) -> dict[str, np.ndarray]:
     """Sorted class lists (host numpy arrays, including ``unknown_value``) per encoded column."""
     uniques = {}
     for column, values in frame_canonical_categories(frame, unknown_value).items():
-        host = values.unique().to_numpy()  # the classes are few; the rows stay on the device
+        # drop_duplicates gives a Series on pandas 2 and 3 and on cuDF alike (pandas 2's unique()
+        # is a bare ndarray); the classes are few, the rows stay on the device
+        host = values.drop_duplicates().to_numpy()
         uniques[column] = np.unique(np.append(host.astype(str), unknown_value))
     return uniques
 
