@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -59,11 +60,16 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
     assert bad.returncode == 2 and "--rows" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path, capsys):
+def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path, capfd, monkeypatch):
+    # a cache of its own: the FIL model is compiled here, which is when tl2cgen logs
+    monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "demo"
     assert main(["demo", "--rows", "5000", "--rounds", "10", "--out", str(out), "--measurement-interval", "150"]) == 0
-    printed = capsys.readouterr().out
+    printed, errors = capfd.readouterr()  # file descriptors, so C++ output would be caught too
     assert "demo finished" in printed
+    # no Treelite/TL2cgen log lines ("[09:01:02] /src/split.cc:35: ...") on the console
+    assert not re.search(r"\.cc:\d+:", printed + errors), printed + errors
+    assert any((tmp_path / "cache").rglob("*.so")), "the tree model was not compiled: the check above saw nothing"
     for path in ("in-process: 2,000", "http: 256", "grpc: 256"):
         assert f"{path} transactions, 100.0% agree with XGBoost" in printed
     assert (out / "model" / "xgboost.json").is_file() and (out / "model_repository" / "ensemble").is_dir()

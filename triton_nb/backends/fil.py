@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb._native_logs import native_stderr_to_logging, route_native_logs
 from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.backends.fil_semantics import FilSettings, fil_output
@@ -263,6 +264,8 @@ def _content_hint(data: bytes, model_type: str) -> str:
 
 def _load_treelite(path: Path, model_type: str, allow_unknown_field: bool) -> Any:
     import treelite
+
+    route_native_logs()
 
     if model_type == "xgboost_json":
         return treelite.frontend.load_xgboost_model(
@@ -484,7 +487,10 @@ def cache_directory() -> Path:
 
 def _tl2cgen() -> Any | None:
     """The tl2cgen module, or None (a seam for tests)."""
-    return optional_module("tl2cgen")
+    module = optional_module("tl2cgen")
+    if module is not None:
+        route_native_logs()
+    return module
 
 
 def _find_compiler() -> list[str] | None:
@@ -687,7 +693,9 @@ class _Builder:
         try:
             units = max(1, min(_MAX_UNITS, math.ceil(self.model.treelite.num_tree / _TREES_PER_UNIT)))
             params = {"parallel_comp": units} if units > 1 else {}
-            tl2cgen.generate_c_code(self.model.treelite, str(workdir), params)
+            # TL2cgen's own Treelite writes to stderr when it reads the model (see _native_logs)
+            with native_stderr_to_logging("tl2cgen"):
+                tl2cgen.generate_c_code(self.model.treelite, str(workdir), params)
             self._check()
             header = (workdir / "header.h").read_text()
             match = re.search(r"void\s+predict\s*\(\s*union\s+Entry\s*\*\s*\w+\s*,\s*int\s+\w+\s*,\s*(\w+)\s*\*",

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb._native_logs import route_native_logs
 from triton_nb._optional import require_module
 from triton_nb.backends.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError
@@ -296,6 +297,7 @@ def describe_tree_model(model: Any) -> TreeModelInfo:
 
 def _treelite_model(model: Any, library: str) -> Any:
     treelite = require_module("treelite", "Writing Treelite checkpoints")
+    route_native_logs()
     if library == "xgboost":
         return treelite.frontend.from_xgboost(_xgboost_booster(model))
     if library == "lightgbm":
