@@ -46,7 +46,9 @@ def _specs(config: dict[str, Any]) -> list[dict[str, Any]]:
     return inputs
 
 
-def _dims(spec: dict[str, Any]) -> list[int]:
+def _synthetic_dims(spec: Mapping[str, Any]) -> list[int]:
+    """The shape of one synthetic row: a variable dimension (-1) becomes 1, as in perf_analyzer
+    without ``--shape``."""
     return [1 if int(d) == -1 else int(d) for d in spec.get("dims", [])]
 
 
@@ -59,7 +61,7 @@ def _synthetic(config: dict[str, Any], rows: int, kind: str, seed: int) -> dict[
     arrays = {}
     for spec in _specs(config):
         dtype = triton_to_numpy_dtype(spec["data_type"])
-        shape = ([rows] if _batched(config) else []) + _dims(spec)
+        shape = ([rows] if _batched(config) else []) + _synthetic_dims(spec)
         if dtype.kind == "O":
             if kind == "zero":
                 values = np.full(shape, b"", dtype=object)
@@ -211,15 +213,30 @@ def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[
                 flat = np.asarray(content, dtype=object if dtype.kind == "O" else dtype).ravel()
                 array = (np.array([v.encode() if isinstance(v, str) else v for v in flat], dtype=object)
                          if dtype.kind == "O" else flat)
-            row[name] = array.reshape(shape)
+            if list(shape).count(-1) > 1:
+                raise InvalidArgumentError(
+                    f"input data file {path}: entry {number}, input '{name}' has dims {list(shape)}: with more "
+                    "than one variable dimension the entry needs \"content\" and \"shape\"")
+            try:
+                row[name] = array.reshape(shape)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"input data file {path}: entry {number}, input '{name}' has {array.size} value(s), which do "
+                    f"not fit shape {list(shape)}") from None
         rows_out.append(row)
     requests = []
     for start in range(0, len(rows_out) - rows + 1, rows):
         group = rows_out[start:start + rows]
-        if _batched(config):
-            requests.append({name: np.stack([r[name] for r in group]) for name in group[0]})
-        else:
+        if not _batched(config):
             requests.append(group[0])
+            continue
+        for name in group[0]:
+            shapes = {r[name].shape for r in group}
+            if len(shapes) > 1:
+                raise InvalidArgumentError(
+                    f"input data file {path}: entries {start}..{start + rows - 1} give input '{name}' the shapes "
+                    f"{sorted(map(list, shapes))}: the rows of one request must have one shape")
+        requests.append({name: np.stack([r[name] for r in group]) for name in group[0]})
     return requests
 
 
