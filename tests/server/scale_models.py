@@ -90,3 +90,42 @@ def write_python_model(repo: Path, name: str, config: str, code: str) -> Path:
     (folder / "config.pbtxt").write_text(config)
     (folder / "1" / "model.py").write_text(code)
     return folder
+
+
+GATED_CONFIG = """
+name: "gated"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+"""
+
+GATED_MODEL = '''
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Y = 2 X. Each batch creates the file 'running' in the model folder, then is held until the
+    file 'open' exists there: the test decides when a batch ends."""
+
+    def initialize(self, args):
+        self.folder = args["model_repository"]
+
+    def execute(self, requests):
+        open(os.path.join(self.folder, "running"), "w").close()
+        while not os.path.exists(os.path.join(self.folder, "open")):
+            time.sleep(0.005)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
+                                                            .as_numpy() * 2)]) for r in requests]
+'''
+
+
+def write_gated_model(repo: Path) -> Path:
+    """The model 'gated'; the test opens its gate with ``(folder / "open").touch()``, and must do so
+    in any case before the server stops (a stop waits for the batch that is executing)."""
+    return write_python_model(repo, "gated", GATED_CONFIG, GATED_MODEL)

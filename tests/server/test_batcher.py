@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 
 import numpy as np
@@ -14,35 +15,47 @@ from triton_nb.server.batcher import QueuePolicy, Scheduler, SchedulerSettings
 from triton_nb.server.types import InferRequest, InferResponse
 
 
-class Recorder:
-    """A fake backend: records each batch (rows and request ids) and echoes the inputs."""
+class FakeClock:
+    """A clock that stands still until the test moves it (ns, like ``time.monotonic_ns``)."""
 
-    def __init__(self, sleep_s: float = 0.0, fail_first: bool = False) -> None:
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+class Recorder:
+    """A fake backend: records each batch (rows, request ids, the time on ``clock`` when it ran)
+    and echoes the inputs."""
+
+    def __init__(self, sleep_s: float = 0.0, fail_first: bool = False,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.batches: list[list[str]] = []
         self.rows: list[int] = []
-        self.times: list[float] = []
+        self.times_ns: list[int] = []
         self.sleep_s = sleep_s
         self.fail_first = fail_first
+        self.clock = clock
         self.lock = threading.Lock()
 
     def __call__(self, instance, requests):
         with self.lock:
             self.batches.append([r.request_id for r in requests])
             self.rows.append(sum(r.inputs["x"].shape[0] for r in requests))
-            self.times.append(time.monotonic())
+            self.times_ns.append(self.clock())
             fail = self.fail_first and len(self.batches) == 1
-        if callable(self.sleep_s):
-            time.sleep(self.sleep_s(requests))
-        elif self.sleep_s:
+        if self.sleep_s:
             time.sleep(self.sleep_s)
         if fail:
             raise InternalError("boom")
         return [InferResponse("m", 1, {"y": r.inputs["x"] * 2}, r.request_id) for r in requests]
 
 
-def request(rid: str, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0) -> InferRequest:
+def request(rid: str, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0,
+            clock: Callable[[], int] = time.monotonic_ns) -> InferRequest:
     return InferRequest("m", {"x": np.ones((rows, width), np.float32)}, request_id=rid, priority=priority,
-                        timeout_microseconds=timeout_us)
+                        timeout_microseconds=timeout_us, arrival_ns=clock())
 
 
 def submit(scheduler: Scheduler, req: InferRequest) -> Future:
@@ -51,8 +64,9 @@ def submit(scheduler: Scheduler, req: InferRequest) -> Future:
     return future
 
 
-def make(settings: SchedulerSettings, recorder: Recorder, instances: int = 1, start: bool = True) -> Scheduler:
-    scheduler = Scheduler("m", 1, settings, recorder)
+def make(settings: SchedulerSettings, recorder: Recorder, instances: int = 1, start: bool = True,
+         clock: Callable[[], int] = time.monotonic_ns) -> Scheduler:
+    scheduler = Scheduler("m", 1, settings, recorder, clock_ns=clock)
     if start:
         for i in range(instances):
             scheduler.add_instance(object(), f"w{i}")
@@ -60,16 +74,18 @@ def make(settings: SchedulerSettings, recorder: Recorder, instances: int = 1, st
 
 
 DYNAMIC = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=2_000_000)
+MS = 1_000_000
+WAIT_S = 30  # only keeps a broken scheduler from hanging the suite
 
 
 def test_preferred_size_leaves_without_waiting_for_the_delay():
-    recorder = Recorder()
-    scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (4,)}), recorder)
-    started = time.monotonic()
-    futures = [submit(scheduler, request(str(i))) for i in range(4)]
-    wait(futures, timeout=5)
-    assert recorder.rows == [4]
-    assert time.monotonic() - started < 1.5  # well before the 2 s delay
+    clock = FakeClock()  # frozen: the 2 s delay never runs out, so only the preferred size can send the batch
+    recorder = Recorder(clock=clock)
+    scheduler = make(SchedulerSettings(**{**DYNAMIC.__dict__, "preferred_batch_size": (4,)}), recorder, clock=clock)
+    futures = [submit(scheduler, request(str(i), clock=clock)) for i in range(4)]
+    done, _ = wait(futures, timeout=WAIT_S)
+    assert len(done) == 4, "the batch waited for the queue delay"
+    assert recorder.rows == [4] and recorder.times_ns == [0]
     assert all(f.result().outputs["y"].shape == (1, 2) for f in futures)
     scheduler.stop()
 
@@ -87,18 +103,20 @@ def test_largest_reachable_preferred_size_and_rows_not_requests():
 
 
 def test_delay_is_timed_from_the_oldest_request():
-    recorder = Recorder()
+    clock = FakeClock()
+    recorder = Recorder(clock=clock)
     settings = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=600_000)
-    scheduler = make(settings, recorder)
-    first = time.monotonic()
-    futures = [submit(scheduler, request("old"))]
-    time.sleep(0.4)
-    futures.append(submit(scheduler, request("new")))
-    wait(futures, timeout=5)
+    scheduler = make(settings, recorder, clock=clock)
+    futures = [submit(scheduler, request("old", clock=clock))]
+    clock.now_ns = 400 * MS
+    futures.append(submit(scheduler, request("new", clock=clock)))
+    # due 600 ms after the oldest; timed from the newest it would be due at 1000 ms, and the clock
+    # stays at 650 ms: that batch would never leave
+    clock.now_ns = 650 * MS
+    done, _ = wait(futures, timeout=WAIT_S)
+    assert len(done) == 2, "the delay was not timed from the oldest request"
     assert recorder.batches == [["old", "new"]]
-    waited = recorder.times[0] - first
-    # due 600 ms after the oldest; timed from the newest it would be due at 1000 ms
-    assert 0.55 <= waited < 0.95, waited
+    assert recorder.times_ns == [650 * MS]  # not before the delay ran out: not at 0 or 400 ms
     scheduler.stop()
 
 
@@ -163,44 +181,63 @@ def test_queue_full_is_rejected_at_once():
 
 
 def test_timeout_reject_and_delay():
+    clock = FakeClock()
     recorder = Recorder()
     reject = SchedulerSettings(max_batch_size=4, dynamic_batching=True, default_queue_policy=QueuePolicy(
         default_timeout_microseconds=50_000))
-    scheduler = make(reject, recorder, start=False)
-    late = submit(scheduler, request("late"))
-    time.sleep(0.15)
+    scheduler = make(reject, recorder, start=False, clock=clock)
+    late = submit(scheduler, request("late", clock=clock))
+    clock.now_ns = 150 * MS  # past its 50 ms before any instance could start it
     scheduler.add_instance(object(), "w0")
     with pytest.raises(UnavailableError, match="Request timeout expired"):
-        late.result(timeout=5)
+        late.result(timeout=WAIT_S)
     assert recorder.batches == []
     scheduler.stop()
 
+    clock = FakeClock()
     delay = SchedulerSettings(max_batch_size=1, dynamic_batching=True, default_queue_policy=QueuePolicy(
         default_timeout_microseconds=50_000, delay_on_timeout=True, allow_timeout_override=True))
     recorder = Recorder()
-    scheduler = make(delay, recorder, start=False)
-    slow = submit(scheduler, request("expired"))
-    time.sleep(0.15)
-    fresh = submit(scheduler, request("fresh", timeout_us=10_000_000))  # override: not expired
+    scheduler = make(delay, recorder, start=False, clock=clock)
+    slow = submit(scheduler, request("expired", clock=clock))
+    clock.now_ns = 150 * MS
+    fresh = submit(scheduler, request("fresh", timeout_us=10_000_000, clock=clock))  # override: not expired
     scheduler.add_instance(object(), "w0")
-    wait([slow, fresh], timeout=5)
+    wait([slow, fresh], timeout=WAIT_S)
     assert slow.result() and fresh.result()
     assert recorder.batches == [["fresh"], ["expired"]]  # the delayed one waits behind on-time ones
     scheduler.stop()
 
 
 def test_preserve_ordering_across_instances():
+    started = {rid: threading.Event() for rid in ("first", "second", "third")}
+
+    def run_batch(instance, requests):
+        rid = requests[0].request_id
+        started[rid].set()
+        if rid == "first":
+            # "third" runs on the other instance only once that instance is done with "second":
+            # "second" has finished executing before "first" does
+            assert started["third"].wait(WAIT_S)
+        return [InferResponse("m", 1, {}, r.request_id) for r in requests]
+
     order: list[str] = []
-    recorder = Recorder(sleep_s=lambda reqs: 0.3 if reqs[0].request_id == "first" else 0.0)
     settings = SchedulerSettings(max_batch_size=1, dynamic_batching=True, preserve_ordering=True)
-    scheduler = make(settings, recorder, instances=2)
-    first = submit(scheduler, request("first"))
-    time.sleep(0.05)
-    second = submit(scheduler, request("second"))
-    for name, future in (("first", first), ("second", second)):
-        future.add_done_callback(lambda f, n=name: order.append(n))
-    wait([first, second], timeout=5)
-    assert order == ["first", "second"]
+    scheduler = Scheduler("m", 1, settings, run_batch)
+    for i in range(2):
+        scheduler.add_instance(object(), f"w{i}")
+    futures: dict[str, Future] = {}
+    for rid in started:  # callbacks before enqueueing: a future done already would run its callback at once
+        futures[rid] = Future()
+        futures[rid].add_done_callback(lambda f, n=rid: order.append(n))
+    scheduler.enqueue(request("first"), futures["first"])
+    assert started["first"].wait(WAIT_S)  # dispatched before "second" is queued
+    scheduler.enqueue(request("second"), futures["second"])
+    scheduler.enqueue(request("third"), futures["third"])
+    done, _ = wait(futures.values(), timeout=WAIT_S)
+    assert len(done) == 3
+    assert [futures[rid].result().request_id for rid in started] == list(started)
+    assert order == ["first", "second", "third"]
     scheduler.stop()
 
 

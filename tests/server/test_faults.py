@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import SCALE_CONFIG, write_python_model, write_scale_model
+from scale_models import SCALE_CONFIG, write_gated_model, write_python_model, write_scale_model
 from tritonclient.utils import InferenceServerException
 
 from triton_nb.errors import TritonNBError, wire_status
@@ -464,33 +464,12 @@ def test_corrupt_models_are_unavailable_with_a_reason_naming_model_and_file(corr
 # ---------------------------------------------------------------------- unload and reload under load
 
 
-GATED = '''
-import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    """Y = 2 X, once the file 'open' exists in the model folder: the test holds every batch until then."""
-
-    def initialize(self, args):
-        self.gate = os.path.join(args["model_repository"], "open")
-
-    def execute(self, requests):
-        while not os.path.exists(self.gate):
-            time.sleep(0.005)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
-                                                            .as_numpy() * 2)]) for r in requests]
-'''
-
-
 @contextlib.contextmanager
 def gated_repository(repo: Path) -> Iterator[Callable[[], None]]:
     """A repository with 'good' and 'gated'; yields the function that opens the gate (opened at the
     end in any case, so that a failing test cannot leave a batch held)."""
     write_scale_model(repo, name="good")
-    write_model(repo, "gated", GATED, extra="dynamic_batching { max_queue_delay_microseconds: 1000 }")
+    write_gated_model(repo)
     gate = repo / "gated" / "open"
     try:
         yield gate.touch

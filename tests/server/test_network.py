@@ -15,13 +15,15 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_python_model, write_scale_model
+from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model
 from serve_cli import start_serve
 from tritonclient.utils import InferenceServerException
 
@@ -29,6 +31,22 @@ from triton_nb.errors import InvalidArgumentError, UnavailableError
 from triton_nb.server.core import serve
 
 ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 60  # the longest any wait may take: it only keeps a broken server from hanging the suite
+
+
+def wait_until(condition: Callable[[], object], what: str, pause: Callable[[float], None] = time.sleep) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        pause(0.01)
+
+
+def _refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def _request(port: int, method: str, path: str, body: bytes | None = None,
@@ -286,21 +304,36 @@ def test_grpc_refuses_decoupled_models_on_unary_infer_and_oversize_messages(repo
 
 
 def test_stop_answers_requests_in_flight(repo):
-    write_scale_model(repo, name="slow", extra='parameters { key: "sleep_s" value: { string_value: "0.5" } }')
+    gate = write_gated_model(repo) / "open"
     server = serve(repo, http_port=0, grpc_port=0)
-    http_client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    x_http = httpclient.InferInput("X", [1, 2], "FP32")
-    x_http.set_data_from_numpy(np.ones((1, 2), np.float32))
-    x_grpc = grpcclient.InferInput("X", [1, 2], "FP32")
-    x_grpc.set_data_from_numpy(np.ones((1, 2), np.float32))
-    pending_http = http_client.async_infer("slow", [x_http])
-    results: list = []
-    grpc_client.async_infer("slow", [x_grpc], callback=lambda result, error: results.append((result, error)))
-    time.sleep(0.2)
-    server.stop()
-    np.testing.assert_array_equal(pending_http.get_result().as_numpy("Y"), [[2, 2]])
-    assert results and results[0][1] is None
+    stopping = threading.Thread(target=server.stop, name="stopping", daemon=True)
+    try:
+        http_client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        x_http = httpclient.InferInput("X", [1, 2], "FP32")
+        x_http.set_data_from_numpy(np.ones((1, 2), np.float32))
+        x_grpc = grpcclient.InferInput("X", [1, 2], "FP32")
+        x_grpc.set_data_from_numpy(np.ones((1, 2), np.float32))
+        pending_http = http_client.async_infer("gated", [x_http])
+        results: list = []
+        grpc_client.async_infer("gated", [x_grpc], callback=lambda result, error: results.append((result, error)))
+        # tritonclient.http sends from a gevent greenlet: waiting must yield to gevent for it to get
+        # its request out
+        wait_until(lambda: server.pending_requests == 2, "both requests to reach the server", pause=gevent.sleep)
+        stopping.start()
+        # the front ends are stopping (no new connections) while both requests are still held
+        wait_until(lambda: _refuses_connections(server.http_port), "the HTTP front end to stop listening",
+                   pause=gevent.sleep)
+        assert server.pending_requests == 2
+    finally:
+        gate.touch()
+        if stopping.ident is None:  # the test failed before the stop began
+            server.stop()
+    stopping.join(timeout=WAIT_S)
+    assert not stopping.is_alive(), "stop() did not end once the requests in flight were answered"
+    np.testing.assert_array_equal(pending_http.get_result(timeout=WAIT_S).as_numpy("Y"), [[2, 2]])
+    wait_until(lambda: results, "the gRPC answer")
+    assert results[0][1] is None
     np.testing.assert_array_equal(results[0][0].as_numpy("Y"), [[2, 2]])
     with pytest.raises((ConnectionError, OSError, InferenceServerException)):
         httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}").is_server_live()
@@ -341,7 +374,8 @@ def test_cli_serve_prints_endpoints_and_stops_on_sigterm(repo):
 
 
 def test_the_grpc_relay_process_ends_with_the_server_and_its_loss_spares_http(repo):
-    server = serve(repo, http_port=0, grpc_port=0)
+    # so long an exit timeout that a stop waiting for the lost relay's calls could not end within WAIT_S
+    server = serve(repo, http_port=0, grpc_port=0, exit_timeout_secs=3600)
     relay = server._frontends._grpc.process
     assert relay.poll() is None
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
@@ -350,9 +384,10 @@ def test_the_grpc_relay_process_ends_with_the_server_and_its_loss_spares_http(re
     relay.wait()
     status, _, answer = _request(server.http_port, "POST", "/v2/models/scale/infer", _infer_body([1.0, 2.0]))
     assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [2.0, 4.0]
-    started = time.monotonic()
-    server.stop()
-    assert time.monotonic() - started < 10
+    stopping = threading.Thread(target=server.stop, name="stopping", daemon=True)
+    stopping.start()
+    stopping.join(timeout=WAIT_S)
+    assert not stopping.is_alive(), "stop() waited for the relay that is gone"
     assert not any(t.name == "triton-nb-frontends" for t in threading.enumerate())
 
 

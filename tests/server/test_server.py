@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_python_model, write_scale_model
+from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model, write_scale_model
 
 import triton_nb
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -22,6 +23,16 @@ def x(rows: int = 1) -> np.ndarray:
 
 def threads_now() -> set[str]:
     return {t.name for t in threading.enumerate()}
+
+
+WAIT_S = 60  # the longest any wait may take: it only keeps a broken server from hanging the suite
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
 
 
 def test_serve_returns_at_once_and_stop_joins_everything(repo):
@@ -126,14 +137,18 @@ def test_reload_under_load_has_zero_failures_and_switches(repo):
         workers = [threading.Thread(target=hammer) for _ in range(6)]
         for worker in workers:
             worker.start()
-        time.sleep(0.2)
-        new_config = client.get_model_config("scale")
-        new_config["parameters"]["factor"]["string_value"] = "7.0"
-        client.load_model("scale", config=json.dumps(new_config))
-        time.sleep(0.3)
-        stop.set()
-        for worker in workers:
-            worker.join()
+        try:
+            # the reload lands in the middle of the load: answers from the old version before it,
+            # from the new one after it
+            wait_until(lambda: seen.count(2.0) >= 30 or errors, "30 answers from the old version")
+            new_config = client.get_model_config("scale")
+            new_config["parameters"]["factor"]["string_value"] = "7.0"
+            client.load_model("scale", config=json.dumps(new_config))
+            wait_until(lambda: seen.count(7.0) >= 30 or errors, "30 answers from the new version")
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join()
         assert errors == []
         assert seen[0] == 2.0 and seen[-1] == 7.0
         assert set(seen) == {2.0, 7.0}
@@ -252,21 +267,26 @@ def test_metadata_and_config(repo):
 
 
 def test_stop_answers_or_fails_in_flight_requests_promptly(tmp_path):
-    write_scale_model(tmp_path, extra='parameters { key: "sleep_s" value: { string_value: "0.3" } }')
+    gate = write_gated_model(tmp_path)
     server = serve(tmp_path)
-    client = server.client()
-    pending = [client.async_infer("scale", {"X": x()}) for _ in range(5)]
-    time.sleep(0.05)
-    started = time.monotonic()
-    server.stop()
-    assert time.monotonic() - started < 3
-    outcomes = []
-    for request in pending:
-        try:
-            outcomes.append(request.get_result(timeout=1).as_numpy("Y") is not None)
-        except UnavailableError:
-            outcomes.append("failed")
-    assert True in outcomes and "failed" in outcomes  # the running batch answered, the queued ones failed
+    stopping = threading.Thread(target=server.stop, name="stopping", daemon=True)
+    try:
+        client = server.client()
+        running = client.async_infer("gated", {"X": x()})
+        wait_until((gate / "running").exists, "the first batch to start")
+        queued = [client.async_infer("gated", {"X": x()}) for _ in range(4)]  # behind it: one instance
+        stopping.start()
+        for request in queued:  # failed at once: the stop does not wait for the batch that is running
+            with pytest.raises(UnavailableError, match="unloaded before the request ran"):
+                request.get_result(timeout=WAIT_S)
+        assert server.pending_requests == 1 and stopping.is_alive()  # the running batch is still held
+    finally:
+        (gate / "open").touch()
+        if stopping.ident is None:  # the test failed before the stop began
+            server.stop()
+    np.testing.assert_array_equal(running.get_result(timeout=WAIT_S).as_numpy("Y"), x() * 2)  # answered
+    stopping.join(timeout=WAIT_S)
+    assert not stopping.is_alive(), "stop() did not end once the running batch had"
 
 
 def test_public_api():
@@ -321,19 +341,24 @@ def test_bls_calls_another_model_through_the_server(repo):
 
 
 def test_a_server_wide_limit_on_pending_requests_refuses_the_excess_at_once(repo):
-    write_scale_model(repo, name="slow", extra='parameters { key: "sleep_s" value: { string_value: "0.3" } }')
-    with serve(repo, max_pending_requests=3) as server:
-        client = server.client()
-        accepted = [client.async_infer("slow", {"X": x()}) for _ in range(3)]
-        assert server.pending_requests == 3
-        started = time.monotonic()
-        with pytest.raises(UnavailableError, match=r"3 pending requests \(max_pending_requests 3\)"):
-            client.async_infer("slow", {"X": x()})
-        assert time.monotonic() - started < 0.1  # refused at once, not queued
+    gate = write_gated_model(repo)
+    with serve(repo, max_pending_requests=3) as server, ThreadPoolExecutor(1) as pool:
+        try:
+            client = server.client()
+            accepted = [client.async_infer("gated", {"X": x()}) for _ in range(3)]
+            assert server.pending_requests == 3
+            # on a thread, so that a call that waited for room would fail the test, not hang it:
+            # no room comes while the gate holds every accepted request
+            excess = pool.submit(client.async_infer, "gated", {"X": x()})
+            with pytest.raises(UnavailableError, match=r"3 pending requests \(max_pending_requests 3\)"):
+                excess.result(timeout=WAIT_S)
+            assert server.pending_requests == 3  # refused while none of the accepted had been answered
+        finally:
+            (gate / "open").touch()
         for request in accepted:
-            assert request.get_result(timeout=10).as_numpy("Y") is not None
+            assert request.get_result(timeout=WAIT_S).as_numpy("Y") is not None
         assert server.pending_requests == 0
-        assert client.infer("slow", {"X": x()}).as_numpy("Y") is not None  # room again
+        assert client.infer("gated", {"X": x()}).as_numpy("Y") is not None  # room again
     with pytest.raises(InvalidArgumentError, match="max_pending_requests must be >= 1"):
         InferenceServer(repo, max_pending_requests=0)
 

@@ -143,11 +143,16 @@ class Scheduler:
         version: int,
         settings: SchedulerSettings,
         run_batch: BatchRunner,
+        *,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        """``clock_ns`` is the clock that queue delays and request timeouts are measured on, the
+        one ``InferRequest.arrival_ns`` is read from; it exists so that tests can drive time."""
         self.model_name = model_name
         self.version = version
         self._settings = settings
         self._run_batch = run_batch
+        self._clock_ns = clock_ns
         self._cond = threading.Condition()
         self._former: _Worker | None = None  # the worker whose turn it is to form a batch
         self._queues: dict[int, deque[_Pending]] = {}
@@ -315,7 +320,7 @@ class Scheduler:
         while True:
             if self._exit_due(worker):
                 return None
-            now = time.monotonic_ns()
+            now = self._clock_ns()
             self._expire(now)
             queued = self._ordered()
             if not queued:
