@@ -199,16 +199,48 @@ def test_kind_gpu_without_onnxruntime_gpu_fails_naming_the_model(exported):
         OnnxRuntimeBackend(_context(exported["proba"], kind="KIND_GPU"))
 
 
-def test_kind_gpu_needs_a_usable_gpu(exported):
-    """With onnxruntime-gpu, the model either runs on CUDA or fails the load: never silently on CPU."""
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        pytest.skip("onnxruntime-gpu not installed")
+def _onnxruntime_runs_on_cuda() -> bool:
+    """Whether onnxruntime can run a graph on a CUDA device here, decided apart from the
+    backend: a one-node graph in a CUDA-only session, its output bound to device memory, must
+    come back from the GPU with the right values (onnxruntime falls back to the CPU, with only
+    a warning, when the GPU or the CUDA libraries are missing)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Add", ["X", "X"], ["Y"])], "double",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+        if session.get_providers()[0] != "CUDAExecutionProvider":
+            return False
+        binding = session.io_binding()
+        binding.bind_cpu_input("X", np.array([1.0, 2.0], np.float32))
+        binding.bind_output("Y", "cuda")
+        session.run_with_iobinding(binding)
+        (output,) = binding.get_outputs()
+        return output.device_name().lower() == "cuda" and output.numpy().tolist() == [2.0, 4.0]
+    except Exception:  # any failure to create or run the session means no usable GPU
+        return False
+
+
+def test_kind_gpu_needs_a_usable_gpu(exported, data):
+    """With onnxruntime-gpu, KIND_GPU runs on CUDA when a GPU is usable and fails the load,
+    naming the model, when none is: never silently on the CPU. (Without onnxruntime-gpu the
+    test above checks the load fails.)"""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("onnxruntime-gpu not installed: test_kind_gpu_without_onnxruntime_gpu_fails_naming_the_model")
+    if _onnxruntime_runs_on_cuda():
         backend = OnnxRuntimeBackend(_context(exported["proba"], kind="KIND_GPU"))
-    except UnavailableError as exc:
-        assert "'proba'" in str(exc)
-    else:
         assert backend._session.get_providers()[0] == "CUDAExecutionProvider"
+        X, _ = data
+        (on_gpu,) = backend.execute([_request("proba", X)])
+        (on_cpu,) = OnnxRuntimeBackend(_context(exported["proba"])).execute([_request("proba", X)])
+        assert on_gpu.error is None
+        np.testing.assert_allclose(on_gpu.outputs["output__0"], on_cpu.outputs["output__0"], atol=1e-5)
+    else:
+        with pytest.raises(UnavailableError, match=r"model 'proba'.*KIND_GPU.*CUDA device 0"):
+            OnnxRuntimeBackend(_context(exported["proba"], kind="KIND_GPU"))
 
 
 # ------------------------------------------------------------------ string tensors, no batching

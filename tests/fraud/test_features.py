@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import sys
 
 import numpy as np
 import pandas as pd
@@ -455,3 +456,171 @@ def test_dataframe_path_for_cudf_agrees_with_numpy_path(sample, fitted):
     table = frame_features(messy, fitted.classes_, fitted.unknown_codes_, "UNKNOWN")
     assert list(table.columns) == list(FEATURE_NAMES)
     np.testing.assert_array_equal(table.to_numpy(np.float32), fitted.transform(messy))
+
+
+# --------------------------------------------------------------------------- which path runs
+# FraudPreprocessor sends a frame that is neither pandas nor a mapping but has ``columns`` and
+# ``to_pandas`` (how it recognises a cuDF DataFrame) to the Series-operation path in
+# _frame_path, and everything else to the numpy path. These tests check that dispatch with a
+# stand-in that check recognises, so they run without a GPU.
+
+
+class DeviceFrame:
+    """Stands in for a cuDF DataFrame: not a pandas frame, not a mapping, with ``columns``,
+    ``__getitem__``, ``len`` and ``to_pandas``. Its columns are pandas Series, whose operations
+    are the ones _frame_path uses on cuDF. ``host_copies`` counts calls of ``to_pandas``, which
+    the frame path must never need."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+        self.host_copies = 0
+
+    @property
+    def columns(self) -> pd.Index:
+        return self._frame.columns
+
+    def __len__(self) -> int:
+        return len(self._frame)
+
+    def __getitem__(self, key):
+        return self._frame[key]
+
+    def to_pandas(self) -> pd.DataFrame:
+        self.host_copies += 1
+        return self._frame.copy()
+
+
+@pytest.fixture
+def paths(monkeypatch) -> dict[str, list]:
+    """Records which implementation each fit and transform reached, and with what input."""
+    from triton_nb.fraud import encoding, features
+
+    calls: dict[str, list] = {"frame_uniques": [], "frame_features": [], "numpy_fit": [], "numpy_transform": []}
+
+    def spy(name, function):
+        def recorded(data, *args, **kwargs):
+            calls[name].append(data)
+            return function(data, *args, **kwargs)
+        return recorded
+
+    monkeypatch.setattr(features, "frame_uniques", spy("frame_uniques", features.frame_uniques))
+    monkeypatch.setattr(features, "frame_features", spy("frame_features", features.frame_features))
+    monkeypatch.setattr(features, "gather_columns", spy("numpy_fit", features.gather_columns))
+    numpy_transform = encoding.FeatureEncoder.transform
+    monkeypatch.setattr(encoding.FeatureEncoder, "transform",
+                        lambda self, data: calls["numpy_transform"].append(data) or numpy_transform(self, data))
+    return calls
+
+
+def _device_sample(sample: pd.DataFrame) -> pd.DataFrame:
+    """Messy rows, plus the values the frame path handles apart from the numpy path."""
+    messy = messy_rows(sample, 500)
+    messy.loc[messy.index[6::10], "Errors?"] = "nan"
+    messy["Merchant Name"] = messy["Merchant Name"].astype(str).where(messy.index % 3 != 0, "-0")
+    return messy
+
+
+def test_a_device_frame_is_fit_and_transformed_on_the_frame_path(sample, paths):
+    messy = _device_sample(sample)
+    device = DeviceFrame(messy)
+    on_device = FraudPreprocessor().fit(device)
+    assert [id(x) for x in paths["frame_uniques"]] == [id(device)] and paths["numpy_fit"] == []
+    table = on_device.transform(device)
+    assert [id(x) for x in paths["frame_features"]] == [id(device)] and paths["numpy_transform"] == []
+    assert device.host_copies == 0  # the rows were never copied to the host to be encoded
+    # the answer is a float32 frame of the device library, equal to the numpy path's matrix
+    assert isinstance(table, pd.DataFrame) and list(table.columns) == list(FEATURE_NAMES)
+    assert set(table.dtypes) == {np.dtype(np.float32)}
+    on_host = FraudPreprocessor().fit(messy)
+    for column in ENCODED_COLUMNS:
+        np.testing.assert_array_equal(on_device.classes_[column], on_host.classes_[column])
+    np.testing.assert_array_equal(table.to_numpy(), on_host.transform(messy))
+    # and the classes learned on either path encode the other path's input alike
+    np.testing.assert_array_equal(on_host.transform(device).to_numpy(), on_device.transform(messy))
+
+
+def test_pandas_frames_and_numpy_mappings_take_the_numpy_path(sample, paths):
+    messy = _device_sample(sample)
+    columns = {name: messy[name].to_numpy() for name in RAW_INPUT_COLUMNS}
+    triton_style = as_triton_request(messy)
+    expected = FraudPreprocessor().fit(messy).transform(messy)
+    for data in (messy, columns, triton_style):
+        paths["numpy_fit"].clear()
+        paths["numpy_transform"].clear()
+        fitted_here = FraudPreprocessor().fit(data)
+        got = fitted_here.transform(data)
+        assert [id(x) for x in paths["numpy_fit"]] == [id(data)]
+        assert [id(x) for x in paths["numpy_transform"]] == [id(data)]
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, expected)
+    assert paths["frame_uniques"] == [] and paths["frame_features"] == []
+
+
+def test_a_device_frame_is_refused_with_the_numpy_paths_messages(small_fitted):
+    good = frame(tx())
+    for spoil in (lambda f: f.drop(columns=["Amount", "MCC"]), lambda f: f.iloc[:0]):
+        with pytest.raises(InvalidArgumentError) as on_host:
+            small_fitted.transform(spoil(good))
+        with pytest.raises(InvalidArgumentError) as on_device:
+            small_fitted.transform(DeviceFrame(spoil(good)))
+        assert str(on_device.value) == str(on_host.value)
+    with pytest.raises(InvalidArgumentError, match=r"missing input column\(s\): 'MCC'"):
+        FraudPreprocessor().fit(DeviceFrame(good.drop(columns=["MCC"])))
+
+
+def test_training_places_a_device_frame_by_device(sample, monkeypatch):
+    """train_fraud_model keeps a cuDF frame on the GPU (and moves a pandas one there) only when
+    it trains on CUDA and cuDF can use the device; otherwise it trains from a pandas copy."""
+    import types
+
+    from triton_nb.fraud import train
+
+    rows = sample.head(50)
+    for device, gpu in (("cpu", True), ("cpu", False), ("cuda", False)):
+        monkeypatch.setattr(train, "cudf_gpu_available", lambda gpu=gpu: gpu)
+        stand_in = DeviceFrame(rows)
+        placed, on_gpu = train._place_frame(stand_in, device)
+        assert not on_gpu and isinstance(placed, pd.DataFrame) and stand_in.host_copies == 1
+        placed, on_gpu = train._place_frame(rows, device)
+        assert placed is rows and not on_gpu
+    monkeypatch.setattr(train, "cudf_gpu_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(from_pandas=DeviceFrame))
+    stand_in = DeviceFrame(rows)
+    assert train._place_frame(stand_in, "cuda:0") == (stand_in, True)
+    placed, on_gpu = train._place_frame(rows, "cuda")
+    assert on_gpu and isinstance(placed, DeviceFrame) and placed.to_pandas().equals(rows)
+
+
+def test_training_from_a_device_frame_equals_training_from_pandas(sample, monkeypatch, paths):
+    # The GPU branch of training (frame path features, rows taken with .iloc) run on the CPU:
+    # placement as on a CUDA machine with cuDF, XGBoost itself on the CPU.
+    from triton_nb.fraud import train
+
+    place = train._place_frame
+    monkeypatch.setattr(train, "cudf_gpu_available", lambda: True)
+    monkeypatch.setattr(train, "_place_frame", lambda frame, device: place(frame, "cuda"))
+    options = {"num_boost_round": 8, "early_stopping_rounds": None, "device": "cpu", "progress": False, "nthread": 2}
+    device = DeviceFrame(sample)
+    from_device = train.train_fraud_model(device, **options)
+    assert paths["frame_uniques"] and paths["frame_features"] and paths["numpy_fit"] == []
+    assert device.host_copies == 0
+    monkeypatch.setattr(train, "_place_frame", place)
+    from_host = train.train_fraud_model(sample, **options)
+    for column, classes in from_host.preprocessor.classes_.items():
+        np.testing.assert_array_equal(from_device.preprocessor.classes_[column], classes)
+    np.testing.assert_array_equal(from_device.evaluation["value"], from_host.evaluation["value"])
+    np.testing.assert_allclose(from_device.predict_proba(sample), from_host.predict_proba(sample), rtol=1e-6)
+
+
+def test_real_cudf_frames_agree_with_the_numpy_path(sample):
+    cudf = pytest.importorskip(
+        "cudf", reason="cuDF is not installed (it needs an NVIDIA GPU); the cuDF path itself runs only where it is")
+    messy = _device_sample(sample)
+    on_gpu = cudf.from_pandas(messy)
+    on_device = FraudPreprocessor().fit(on_gpu)
+    on_host = FraudPreprocessor().fit(messy)
+    for column in ENCODED_COLUMNS:
+        np.testing.assert_array_equal(on_device.classes_[column], on_host.classes_[column])
+    table = on_device.transform(on_gpu)
+    assert isinstance(table, cudf.DataFrame) and list(table.columns) == list(FEATURE_NAMES)
+    np.testing.assert_array_equal(table.to_pandas().to_numpy(np.float32), on_host.transform(messy))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -25,6 +28,42 @@ from triton_nb.fraud import (
 from triton_nb.fraud.train import stratified_validation_mask
 
 
+def _cuda_devices_visible() -> int:
+    """How many CUDA devices the driver reports (0 without a driver), asked through libcuda
+    itself rather than through XGBoost."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+@functools.cache
+def xgboost_trains_on_cuda() -> bool:
+    """Whether this machine can train XGBoost on CUDA, decided apart from ``resolve_device``.
+
+    Three independent signals must agree: the build has CUDA, the driver reports a device, and a
+    10-row model trained with ``device="cuda"`` neither fails nor warns that it fell back to the
+    CPU (which CUDA builds do, with a warning, when they find no GPU).
+    """
+    if not xgb.build_info().get("USE_CUDA", False) or _cuda_devices_visible() == 0:
+        return False
+    features = np.arange(20, dtype=np.float32).reshape(10, 2)
+    labels = (features[:, 0] > 9).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            xgb.train({"device": "cuda", "tree_method": "hist", "objective": "binary:logistic"},
+                      xgb.DMatrix(features, label=labels), num_boost_round=2)
+        except xgb.core.XGBoostError:
+            return False
+    # "No visible GPU is found, setting device to CPU" / "Device is changed from GPU to CPU"
+    return not any("to CPU" in str(warning.message) for warning in caught)
+
+
 @pytest.fixture(scope="module")
 def data() -> pd.DataFrame:
     return generate_transactions(20_000, seed=5, fraud_rate=0.03)
@@ -41,7 +80,8 @@ def test_trains_the_examples_recipe(model):
     assert params["tree_method"] == "hist"
     assert params["max_depth"] == 8
     assert params["eval_metric"] == "aucpr"
-    assert params["device"] == "cpu"  # no GPU on this machine: "auto" resolved to CPU
+    # "auto" trains where the machine can: CUDA when XGBoost can use a GPU here, else the CPU
+    assert params["device"] == ("cuda" if xgboost_trains_on_cuda() else "cpu")
     assert model.booster.feature_names == list(FEATURE_NAMES)
     assert 0 <= model.best_iteration < 60
     assert len(model.history["validation"]["aucpr"]) >= model.best_iteration + 1
@@ -121,10 +161,16 @@ def test_bad_training_input(data):
 
 
 def test_device_resolution():
-    assert resolve_device("auto") == "cpu"
     assert resolve_device("cpu") == "cpu"
-    with pytest.raises(InvalidArgumentError, match="no usable CUDA"):
-        resolve_device("cuda")
+    if xgboost_trains_on_cuda():
+        assert resolve_device("auto") == "cuda"
+        assert resolve_device("cuda") == "cuda"
+        assert resolve_device("cuda:0") == "cuda:0"
+    else:
+        assert resolve_device("auto") == "cpu"
+        for device in ("cuda", "cuda:0"):
+            with pytest.raises(InvalidArgumentError, match="no usable CUDA"):
+                resolve_device(device)
     with pytest.raises(InvalidArgumentError, match="'tpu'"):
         resolve_device("tpu")
 

@@ -178,14 +178,39 @@ def fraud_server(shell):
     shell.user_ns.pop("fraud_server", None)
 
 
+def _model_labels(rows: pd.DataFrame) -> np.ndarray:
+    """What the served repository's model says of ``rows``, computed from its files without a
+    server: the preprocessing model's encoders, then its XGBoost trees with the FIL threshold."""
+    import xgboost as xgb
+
+    from triton_nb.repository import load_config
+
+    repository = ROOT / "model_repository"
+    preprocessor = fraud.FraudPreprocessor.load_encoders(repository / "preprocessing" / "1")
+    booster = xgb.Booster(model_file=str(repository / "fil" / "1" / "xgboost.json"))
+    threshold = float(load_config(repository / "fil").parameters["threshold"].string_value)
+    proba = booster.inplace_predict(preprocessor.transform(rows))
+    # FIL sums the trees in float32: no row may sit so near the threshold that the sum decides
+    assert (np.abs(proba - threshold) > 1e-4).all()
+    return np.where(proba > threshold, "FRAUD", "NOT FRAUD")
+
+
 def test_fraud_ensemble_from_tabformer_csv(shell, fraud_server, settings, tmp_path):
-    path = fraud.write_tabformer_csv(fraud.generate_transactions(3, seed=1), tmp_path / "rows.csv")
+    rows = fraud.generate_transactions(200, seed=1)
+    path = fraud.write_tabformer_csv(rows, tmp_path / "rows.csv")
+    expected = _model_labels(rows)
+    assert set(expected) == {"FRAUD", "NOT FRAUD"}  # both answers are there to get right
     shell.run_line_magic("config", 'TritonMagics.server_variable = "fraud_server"')
     frame = shell.run_cell_magic("triton_infer", "ensemble", path.read_text())
-    assert len(frame) == 3 and set(frame["label"]) <= {"FRAUD", "NOT FRAUD"}
-    assert frame["Zip"].iloc[1] == "30927.0" and frame["User"].dtype.kind == "i"  # Zip kept as text
-    shell.user_ns["rows"] = fraud.generate_transactions(2, seed=2)
-    assert len(shell.run_cell_magic("triton_infer", "ensemble", "rows")) == 2
+    assert len(frame) == 200
+    np.testing.assert_array_equal(frame["label"].to_numpy(), expected)
+    # the cell's text reached the ensemble as written: Zip as the file's text, numbers as numbers
+    written = pd.read_csv(path, dtype=str, keep_default_na=False)
+    assert frame["Zip"].fillna("").tolist() == written["Zip"].tolist() and frame["User"].dtype.kind == "i"
+    assert "30927.0" in set(frame["Zip"])
+    shell.user_ns["rows"] = fraud.generate_transactions(40, seed=2)
+    answer = shell.run_cell_magic("triton_infer", "ensemble", "rows")
+    np.testing.assert_array_equal(answer["label"].to_numpy(), _model_labels(shell.user_ns["rows"]))
     one_line_usage(lambda: shell.run_cell_magic("triton_infer", "ensembel", "rows"), r"did you mean 'ensemble'")
     shell.run_line_magic("config", 'TritonMagics.server_variable = "nothing_here"')
     one_line_usage(lambda: shell.run_cell_magic("triton_infer", "ensemble", "rows"), r"not defined")

@@ -4,6 +4,7 @@ starts a server checks that in its last cell)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -70,4 +71,20 @@ def test_04_tune_batching(workdir, monkeypatch):
     widget_views = [o for cell in book.cells for o in cell.get("outputs", [])
                     if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert widget_views  # the Tuner panel was displayed
-    assert "measured" in text.lower() or "throughput" in text.lower()
+    # the cell that clicks Measure prints the Tuner's status line, then the point it added
+    measure_cell = next(cell for cell in book.cells if 'tuner.buttons["measure"].click()' in cell.source)
+    printed = "".join(o.get("text", "") for o in measure_cell.outputs if o.get("name") == "stdout").splitlines()
+    assert len(printed) == 3, printed  # the status line, the table's header, one point
+    status = re.fullmatch(r"measured (?P<config>.+): (?P<throughput>[\d,]+) infer/s, p50 (?P<p50>[\d.]+) ms, "
+                          r"p99 (?P<p99>[\d.]+) ms \([\d.]+ s\)", printed[0])
+    assert status, printed[0]  # not "error: ..." or "busy: ...": the measurement finished
+    assert "delay_us=" in status["config"] and "instances=" in status["config"]
+    assert printed[1].split() == ["source", "protocol", "concurrency", "throughput_infer_per_sec",
+                                  "latency_p50_us", "latency_p99_us", "errors"]
+    source, protocol, concurrency, throughput, p50_us, p99_us, errors = printed[2].split()
+    assert (source, protocol, int(concurrency), int(errors)) == ("measure", "inprocess", 1, 0)
+    assert float(throughput) > 0 and 0 < float(p50_us) <= float(p99_us)
+    # the status line reports the point in the table (rounded to whole infer/s and 0.01 ms)
+    assert abs(float(status["throughput"].replace(",", "")) - float(throughput)) <= 0.55
+    assert abs(float(status["p50"]) - float(p50_us) / 1e3) <= 0.006
+    assert abs(float(status["p99"]) - float(p99_us) / 1e3) <= 0.006
