@@ -1,36 +1,40 @@
 """HTTP and gRPC front ends of triton_nb against real NVIDIA Triton, on the same fraud repository.
 
-One run, one machine, one exported fraud repository, served in turn by
+One run, one machine, one trained fraud model, served in turn by
 
 * real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/real_triton.py);
   that build has no FIL backend, so the tree model is exported as its Python-backend twin
-  (``model_backend="python"``), and
-* triton_nb (``triton-nb serve``, the command a deployment runs), in a process of its own so the
-  load generators never share its GIL; by default with the tree model on triton_nb's FIL backend,
-  which is what the exporter writes and a user deploys (``--ours-tree-backend python`` serves the
-  very directory real Triton does, Python-backend twin included).
+  (``model_backend="python"``);
+* triton_nb (``triton-nb serve``, the command a deployment runs, in a process of its own so the
+  load generators never share its GIL) on that very directory, Python-backend twin included: the
+  like-for-like comparison, and the headline;
+* triton_nb again on the default export, the tree model on triton_nb's FIL backend (what a user
+  deploys, and what real Triton's build cannot serve): reported as rows of their own, against the
+  same real Triton measurements.
 
 Every request is one row to model ``ensemble``. Load:
 
 * HTTP — ``wrk`` (one thread, N connections) POSTing a KServe v2 JSON body
   (``/v2/models/ensemble/infer``); throughput and the 50%/99% latencies are wrk's;
-* gRPC — the same Python client for both servers: grpc.aio in separate processes, each keeping
+* gRPC — the same Python client for every server: grpc.aio in separate processes, each keeping
   its share of N requests in flight over one channel, sending a pre-serialized
   ``ModelInferRequest`` through a generic unary-unary call (no per-request protobuf work on the
   client), recording each request's latency.
 
-For each protocol and concurrency (1, 16, 32): infer/s, p50 and p99, each as ours/theirs.
-Targets: at c=1 p50 <= real Triton's; at c>=16 throughput >= real Triton's with p99 <= real
-Triton's. Each point is warmed up before it is measured. Before any load, both servers must give
-the same prediction for the request body over both protocols (and the one XGBoost gives).
+For each protocol and concurrency (1, 16, 32), and for each of triton_nb's two exports: infer/s,
+p50 and p99, each as ours/theirs, against the real Triton medians of the same run. Targets: at
+c=1 p50 <= real Triton's; at c>=16 throughput >= real Triton's with p99 <= real Triton's. Each
+point is warmed up before it is measured. Before any load, every server must give the same
+prediction for the request body over both protocols (and the one XGBoost gives).
 
 The machine may have only two cores: the servers run one after the other, never together, and
 the load generators stay small (one wrk thread, one gRPC process by default: a second one costs
 the servers more CPU than it adds load). Each point prints the load generator's own CPU use. On a
-busy machine, ``--rounds 3`` alternates the servers three times and keeps each point's median.
+busy machine, ``--rounds 3`` alternates the three servers three times (each round starting with the
+next one) and keeps each point's median round.
 
-    python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb] [--concurrency 1,16,32]
-                                    [--rounds 1] [--ours-tree-backend python|fil]
+    python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb,triton_nb_fil]
+                                    [--concurrency 1,16,32] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -60,7 +64,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "ensemble"
 OUTPUT = "predictions"
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
-SERVER_NAMES = {"real": "real Triton 2.51", "triton_nb": "triton_nb"}
+# what each --servers name serves: (printed name, tree model's backend in the directory it serves)
+SERVERS = {
+    "real": ("real Triton 2.51", "python"),
+    "triton_nb": ("triton_nb, Python-backend twin", "python"),
+    "triton_nb_fil": ("triton_nb, FIL backend", "fil"),
+}
+# the table's "tree model" column for triton_nb's rows
+TREE_MODEL_LABELS = {"triton_nb": "python twin (same dir)", "triton_nb_fil": "FIL (ours only)"}
 
 
 @dataclass
@@ -337,11 +348,11 @@ def busy_cpus(seconds: float = 1.0) -> float:
 def measure_server(name: str, urls: tuple[str, str], args, body: bytes, payload: bytes, script: Path,
                    expected: float) -> dict[tuple[str, int], Point]:
     http_url, grpc_url = urls
+    title = SERVERS[name][0]
     got = {"http": http_prediction(http_url, body), "grpc": grpc_prediction(grpc_url, payload)}
-    print(f"{SERVER_NAMES[name]}: prediction over HTTP {got['http']}, gRPC {got['grpc']} (XGBoost: {expected})",
-          flush=True)
+    print(f"{title}: prediction over HTTP {got['http']}, gRPC {got['grpc']} (XGBoost: {expected})", flush=True)
     if any(value != expected for value in got.values()):
-        raise SystemExit(f"{SERVER_NAMES[name]} does not predict what XGBoost does for the request body")
+        raise SystemExit(f"{title} does not predict what XGBoost does for the request body")
     points = {}
     for protocol in args.protocols:
         for concurrency in args.concurrency:
@@ -362,41 +373,57 @@ def median_points(rounds: list[dict[tuple[str, int], Point]]) -> dict[tuple[str,
     return {key: sorted((r[key] for r in rounds), key=lambda p: p.rate)[(len(rounds) - 1) // 2] for key in rounds[0]}
 
 
+def judge(ours: Point | None, real: Point | None, concurrency: int) -> tuple[tuple[str, str, str], str]:
+    """The three ratios (ours/real) as printed, and the target's verdict for this point."""
+    if not (ours and real):
+        return ("     -",) * 3, "-"
+    ratios = (f"{ours.rate / real.rate:6.2f}", f"{ours.p50 / real.p50:6.2f}", f"{ours.p99 / real.p99:6.2f}")
+    if ours.errors or real.errors:
+        return ratios, "not judged: requests failed"
+    if concurrency == 1:
+        return ratios, f"p50 <= real: {'ok' if ours.p50 <= real.p50 else 'MISSED'}"
+    met = ours.rate >= real.rate and ours.p99 <= real.p99
+    return ratios, f"rate >= real, p99 <= real: {'ok' if met else 'MISSED'}"
+
+
 def print_table(results: dict[str, dict[tuple[str, int], Point]], args) -> None:
-    ours, real = results.get("triton_nb"), results.get("real")
+    """One block of rows per triton_nb export, the like-for-like one first; every row holds the same
+    real Triton medians, so each ratio compares measurements of this run's alternation."""
+    real = results.get("real")
+    variants = [name for name in TREE_MODEL_LABELS if name in results] or [None]  # None: real Triton alone
+    width = max(len(label) for label in TREE_MODEL_LABELS.values())
+
+    def cell(point, attr, scale=1.0, fmt="8,.0f"):
+        return format(getattr(point, attr) * scale, fmt) if point else "-".rjust(len(format(0, fmt)))
+
     print()
-    header = (f"{'proto':5} {'c':>3} | {'ours/s':>8} {'real/s':>8} {'ratio':>6} | {'p50 ms':>13} {'ratio':>6} | "
-              f"{'p99 ms':>13} {'ratio':>6} | target")
+    header = (f"{'tree model':{width}} | {'proto':5} {'c':>3} | {'ours/s':>8} {'real/s':>8} {'ratio':>6} | "
+              f"{'p50 ms':>13} {'ratio':>6} | {'p99 ms':>13} {'ratio':>6} | target")
     print(header)
-    print("-" * len(header))
-    for protocol in args.protocols:
-        for concurrency in args.concurrency:
-            a = ours[protocol, concurrency] if ours else None
-            b = real[protocol, concurrency] if real else None
-
-            def cell(point, attr, scale=1.0, fmt="8,.0f"):
-                return format(getattr(point, attr) * scale, fmt) if point else "-".rjust(len(format(0, fmt)))
-
-            if a and b and (a.errors or b.errors):
-                rate_r, p50_r, p99_r = a.rate / b.rate, a.p50 / b.p50, a.p99 / b.p99
-                ratios = (f"{rate_r:6.2f}", f"{p50_r:6.2f}", f"{p99_r:6.2f}")
-                target = "not judged: requests failed"
-            elif a and b:
-                rate_r, p50_r, p99_r = a.rate / b.rate, a.p50 / b.p50, a.p99 / b.p99
-                if concurrency == 1:
-                    met = a.p50 <= b.p50
-                    target = f"p50 <= real: {'ok' if met else 'MISSED'}"
-                else:
-                    met = a.rate >= b.rate and a.p99 <= b.p99
-                    target = f"rate >= real, p99 <= real: {'ok' if met else 'MISSED'}"
-                ratios = (f"{rate_r:6.2f}", f"{p50_r:6.2f}", f"{p99_r:6.2f}")
-            else:
-                ratios, target = ("     -",) * 3, "-"
-            p50 = f"{cell(a, 'p50', 1e3, '6.2f')}/{cell(b, 'p50', 1e3, '6.2f')}"
-            p99 = f"{cell(a, 'p99', 1e3, '6.2f')}/{cell(b, 'p99', 1e3, '6.2f')}"
-            print(f"{protocol:5} {concurrency:3} | {cell(a, 'rate')} {cell(b, 'rate')} {ratios[0]} | {p50} {ratios[1]} "
-                  f"| {p99} {ratios[2]} | {target}")
-    print("ratios are ours/theirs; p50 and p99 columns are ours/theirs in ms")
+    for variant in variants:
+        print("-" * len(header))
+        ours = results[variant] if variant else None
+        label = TREE_MODEL_LABELS.get(variant, "-")
+        for protocol in args.protocols:
+            for concurrency in args.concurrency:
+                a = ours[protocol, concurrency] if ours else None
+                b = real[protocol, concurrency] if real else None
+                ratios, target = judge(a, b, concurrency)
+                p50 = f"{cell(a, 'p50', 1e3, '6.2f')}/{cell(b, 'p50', 1e3, '6.2f')}"
+                p99 = f"{cell(a, 'p99', 1e3, '6.2f')}/{cell(b, 'p99', 1e3, '6.2f')}"
+                print(f"{label:{width}} | {protocol:5} {concurrency:3} | {cell(a, 'rate')} {cell(b, 'rate')} "
+                      f"{ratios[0]} | {p50} {ratios[1]} | {p99} {ratios[2]} | {target}")
+    print(f"ratios are ours/real Triton's; p50 and p99 columns are ours/real Triton's in ms; each point is the "
+          f"median of {args.rounds} round(s)\n"
+          "python twin (same dir): both servers serve one directory, the tree model on the Python backend\n"
+          "FIL (ours only): triton_nb on its default export, the tree model on the FIL backend (real Triton's build "
+          "has none); its real/s column is the same real Triton measurement")
+    if real:
+        for variant in variants:
+            if variant:
+                # geometric: a point at 2x and one at 0.5x average to 1x, not 1.25x
+                total = statistics.geometric_mean([results[variant][k].rate / real[k].rate for k in real])
+                print(f"geometric mean of the throughput ratios, {TREE_MODEL_LABELS[variant]}: {total:.2f}")
 
 
 def _csv(kind):
@@ -405,8 +432,10 @@ def _csv(kind):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=_csv(str), default=["real", "triton_nb"],
-                        help="comma-separated, measured in this order: real, triton_nb")
+    parser.add_argument("--servers", type=_csv(str), default=list(SERVERS),
+                        help="comma-separated, measured in this order (rotated each round): real (real Triton on the "
+                             "Python-backend twin), triton_nb (the same directory), triton_nb_fil (triton_nb on the "
+                             "default export, tree model on the FIL backend)")
     parser.add_argument("--protocols", type=_csv(str), default=["http", "grpc"])
     parser.add_argument("--concurrency", type=_csv(int), default=[1, 16, 32])
     parser.add_argument("--duration-s", type=int, default=8, help="measured seconds per point (wrk takes whole s)")
@@ -416,17 +445,16 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=200)
     parser.add_argument("--max-queue-delay-us", type=int, default=None,
                         help="dynamic batcher delay written into the exported configs (default: the exporter's)")
-    parser.add_argument("--ours-tree-backend", choices=("python", "fil"), default="fil",
-                        help="python: triton_nb serves the very repository real Triton does; fil: the same "
-                             "export with triton_nb's FIL backend (which real Triton's build lacks)")
     parser.add_argument("--grpc-processes", type=int, default=1,
                         help="gRPC load processes; the concurrency is split among them")
     parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
     parser.add_argument("--seed", type=int, default=1, help="picks the request's row")
     args = parser.parse_args()
-    unknown = set(args.servers) - set(SERVER_NAMES) or set(args.protocols) - {"http", "grpc"}
+    unknown = set(args.servers) - set(SERVERS) or set(args.protocols) - {"http", "grpc"}
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    if len(set(args.servers)) != len(args.servers):
+        parser.error("--servers names a server twice")
     if args.rounds < 1 or args.duration_s < 1 or args.warmup_s < 1:
         parser.error("--rounds, --duration-s and --warmup-s must be >= 1")
     if "http" in args.protocols and not os.access(args.wrk, os.X_OK):
@@ -442,33 +470,35 @@ def main() -> None:
     batching = BatchingOptions() if args.max_queue_delay_us is None else BatchingOptions(
         max_queue_delay_microseconds=args.max_queue_delay_us)
     work = Path(tempfile.mkdtemp(prefix="bench-frontends-"))
-    repos = {"python": export_fraud_repository(model, work / "repo-python", model_backend="python",
-                                               batching=batching)}
-    if args.ours_tree_backend == "fil" and "triton_nb" in args.servers:
-        repos["fil"] = export_fraud_repository(model, work / "repo-fil", model_backend="fil", batching=batching)
+    # one directory per tree backend: real Triton and triton_nb's like-for-like run share the python one
+    repos = {backend: export_fraud_repository(model, work / f"repo-{backend}", model_backend=backend,
+                                              batching=batching)
+             for backend in sorted({SERVERS[name][1] for name in args.servers})}
     _, tensors, expected = one_row_request(model, frame, args.seed)
     body, payload = json_body(tensors), grpc_payload(tensors)
     (work / "body.json").write_bytes(body)
     script = work / "post.lua"
     script.write_text(WRK_SCRIPT.format(body=work / "body.json"))
     print(f"model: {model.best_iteration + 1} trees, depth 8; dynamic batching, max_queue_delay_microseconds "
-          f"{batching.max_queue_delay_microseconds}; tree model: Python-backend twin for real Triton, "
-          f"{args.ours_tree_backend} for triton_nb; {os.cpu_count()} CPUs; prepared in "
-          f"{time.perf_counter() - started:.0f} s", flush=True)
+          f"{batching.max_queue_delay_microseconds}; servers: {'; '.join(SERVERS[name][0] for name in args.servers)}; "
+          f"{os.cpu_count()} CPUs; prepared in {time.perf_counter() - started:.0f} s", flush=True)
 
     rounds: dict[str, list[dict[tuple[str, int], Point]]] = {name: [] for name in args.servers}
     try:
-        # with --rounds > 1 the servers alternate, so a slow spell of the machine hits both
         for round_index in range(args.rounds):
-            for name in args.servers:
+            # the servers alternate, so a slow spell of the machine hits each of them; each round starts with
+            # the next one, so no server always follows the same other one (or always runs first)
+            shift = round_index % len(args.servers)
+            for name in args.servers[shift:] + args.servers[:shift]:
+                title, backend = SERVERS[name]
                 busy = busy_cpus()
                 if busy > 0.3:  # the servers and load generators share the CPUs with whatever else runs
-                    print(f"warning: {busy:.1f} CPUs busy before {SERVER_NAMES[name]} starts: other processes "
+                    print(f"warning: {busy:.1f} CPUs busy before {title} starts: other processes "
                           "compete for the CPUs, expect noisy numbers", flush=True)
                 if name == "real":
-                    server = real_triton_server(repos["python"])
+                    server = real_triton_server(repos[backend])
                 else:
-                    server = triton_nb_server(repos[args.ours_tree_backend], work / "triton_nb.log")
+                    server = triton_nb_server(repos[backend], work / f"{name}.log")
                 if args.rounds > 1:
                     print(f"round {round_index + 1}/{args.rounds}", end=": ", flush=True)
                 with server as urls:
@@ -477,11 +507,6 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     results = {name: median_points(measured) for name, measured in rounds.items()}
     print_table(results, args)
-    if len(results) == 2:
-        # geometric: a point at 2x and one at 0.5x average to 1x, not 1.25x
-        total = statistics.geometric_mean(
-            [results["triton_nb"][k].rate / results["real"][k].rate for k in results["real"]])
-        print(f"geometric mean of the throughput ratios: {total:.2f}")
     print(f"total {time.perf_counter() - started:.0f} s")
 
 

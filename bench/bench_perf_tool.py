@@ -7,12 +7,15 @@
    ``wrk`` with the same binary request body, on the same server (``triton-nb serve`` in another
    process) at the same concurrency; the throughput ratio should be within 15%.
 
+In both, the two sides alternate over ``--rounds`` rounds and the medians are compared.
+
     python bench/bench_perf_tool.py [--duration-s 6] [--concurrency 1,8] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -60,27 +63,45 @@ def write_repository(root: Path) -> Path:
     return root
 
 
-def in_process_overhead(repo: Path, duration_s: float) -> None:
+def in_process_overhead(repo: Path, duration_s: float, rounds: int) -> None:
     import triton_nb
     from triton_nb.perf import measure
     from triton_nb.server.types import InferRequest
 
-    with triton_nb.serve(repo) as server:
-        x = np.ones((1, 4), np.float32)
-        for _ in range(200):
-            server.infer(InferRequest("noop", {"X": x}))
+    x = np.ones((1, 4), np.float32)
+
+    def bare_p50(server) -> float:
         latencies = []
         end = time.perf_counter() + duration_s
         while time.perf_counter() < end:
             started = time.perf_counter_ns()
             server.infer(InferRequest("noop", {"X": x}))
             latencies.append(time.perf_counter_ns() - started)
-        bare_p50 = float(np.percentile(latencies, 50)) / 1e3
+        return float(np.percentile(latencies, 50)) / 1e3
+
+    def tool_p50(server) -> float:
         tool = measure(server, "noop", concurrency_range=[1], input_data="zero",
                        measurement_interval_ms=int(duration_s * 1000 / 3), warmup_ms=500)
-        tool_p50 = float(tool["latency_p50_us"].iloc[0])
-    print(f"in-process, no-op model, 1 in flight: bare server.infer p50 {bare_p50:.1f} us, "
-          f"measure() p50 {tool_p50:.1f} us -> the tool adds {tool_p50 - bare_p50:.1f} us per request")
+        return float(tool["latency_p50_us"].iloc[0])
+
+    print(f"in-process, no-op model, 1 in flight, {duration_s:g} s per measurement, median of {rounds} "
+          f"alternated rounds")
+    print(f"{'round':>6} | {'bare server.infer p50 us':>24} | {'measure() p50 us':>16} | {'added us':>8}")
+    bare, tool = [], []
+    with triton_nb.serve(repo) as server:
+        for _ in range(200):
+            server.infer(InferRequest("noop", {"X": x}))
+        for index in range(rounds):
+            # alternated, and each round starts with the other side, so neither always runs first on a
+            # machine whose load drifts; medians kept, as in the HTTP part
+            sides = (bare_p50, tool_p50) if index % 2 == 0 else (tool_p50, bare_p50)
+            got = {side: side(server) for side in sides}
+            bare.append(got[bare_p50])
+            tool.append(got[tool_p50])
+            print(f"{index + 1:>6} | {bare[-1]:>24.1f} | {tool[-1]:>16.1f} | {tool[-1] - bare[-1]:>8.1f}")
+    bare_median, tool_median = float(np.median(bare)), float(np.median(tool))
+    print(f"{'median':>6} | {bare_median:>24.1f} | {tool_median:>16.1f} | {tool_median - bare_median:>8.1f}")
+    print(f"-> the tool adds {tool_median - bare_median:.1f} us per request (median against median)")
 
 
 def http_agreement(repo: Path, levels: list[int], duration_s: float, wrk: str, rounds: int) -> None:
@@ -118,10 +139,15 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=6.0)
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternated rounds of each comparison, in-process and HTTP; medians are reported")
     args = parser.parse_args()
+    if args.rounds < 1 or args.duration_s <= 0:
+        parser.error("--rounds must be >= 1 and --duration-s > 0")
+    if not os.access(args.wrk, os.X_OK):  # the HTTP part compares against wrk: fail before the first part runs
+        parser.error(f"wrk not found at {args.wrk}")
     repo = write_repository(Path(tempfile.mkdtemp(prefix="bench-perf-tool-repo-")))
-    in_process_overhead(repo, args.duration_s)
+    in_process_overhead(repo, args.duration_s, args.rounds)
     http_agreement(repo, [int(c) for c in args.concurrency.split(",")], args.duration_s, args.wrk, args.rounds)
     shutil.rmtree(repo, ignore_errors=True)
 
