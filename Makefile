@@ -41,7 +41,7 @@ chromium:
 
 # pandas 2.2 (the series cuDF pins) for the code that handles frames: its tests run a second time
 # with pandas 2.2 in a folder of its own, searched before the environment's pandas 3.
-$(VENV)/pandas2-site/.installed: $(BIN)/.installed
+$(VENV)/pandas2-site/.installed: $(BIN)/.triton-installed
 	$(BIN)/python -m pip install --quiet --no-warn-conflicts --no-deps --upgrade --target $(VENV)/pandas2-site \
 		"pandas==2.2.*" pytz
 	touch $@
