@@ -11,12 +11,17 @@ from triton_nb.
 
 Values are handled as UTF-8 byte strings (numpy ``S`` arrays) throughout: Triton delivers them
 that way, so serving never decodes, and UTF-8 preserves code-point order, so byte-sorted
-classes are in the same order as the sorted strings the encoders store. Every step is a
-whole-column numpy operation: there is no per-row Python loop on the success path.
+classes are in the same order as the sorted strings the encoders store. A batch of more than
+a hundred or so rows goes through whole-column numpy operations, with no per-row Python loop on
+the success path; a smaller one, where numpy's cost per call would be the whole cost, through
+Python lists and dictionaries built once — the same rules, checked against each other.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -93,10 +98,14 @@ class FeatureInputError(ValueError):
 def _column_array(data: Any, column: str) -> np.ndarray:
     values = data[column]
     # Triton hands over [batch, 1]; DataFrames hand over 1-D Series.
-    array = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
-    if array.ndim == 2 and array.shape[1] == 1:
-        array = array[:, 0]
-    elif array.ndim == 0:
+    if type(values) is np.ndarray:
+        array = values
+    else:
+        array = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
+    shape = array.shape
+    if len(shape) == 2 and shape[1] == 1:
+        array = array.reshape(shape[0])
+    elif not shape:
         array = array.reshape(1)
     if array.ndim != 1:
         raise FeatureInputError(
@@ -107,26 +116,23 @@ def _column_array(data: Any, column: str) -> np.ndarray:
 
 def gather_columns(data: Any, columns: Iterable[str]) -> dict[str, np.ndarray]:
     """The named columns of a mapping or DataFrame as 1-D numpy arrays of equal length."""
-    if isinstance(data, Mapping):
-        present = set(data.keys())
-    elif hasattr(data, "columns") and hasattr(data, "__getitem__"):
-        present = set(data.columns)
-    else:
+    if not (isinstance(data, (dict, Mapping)) or (hasattr(data, "columns") and hasattr(data, "__getitem__"))):
         raise FeatureInputError(
             f"expected a pandas DataFrame or a mapping of column name to array, got {type(data).__name__}"
         )
     wanted = tuple(columns)
+    present = data.keys() if isinstance(data, (dict, Mapping)) else set(data.columns)
     missing = [name for name in wanted if name not in present]
     if missing:
         raise FeatureInputError(
             "missing input column(s): " + ", ".join(repr(name) for name in missing)
         )
     arrays = {name: _column_array(data, name) for name in wanted}
-    lengths = {name: len(array) for name, array in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        detail = ", ".join(f"'{name}': {n}" for name, n in lengths.items())
+    rows = len(arrays[wanted[0]])
+    if any(len(array) != rows for array in arrays.values()):
+        detail = ", ".join(f"'{name}': {len(array)}" for name, array in arrays.items())
         raise FeatureInputError(f"input columns have different numbers of rows ({detail})")
-    if next(iter(lengths.values())) == 0:
+    if rows == 0:
         raise FeatureInputError("no rows to transform: the input is empty")
     return arrays
 
@@ -340,6 +346,44 @@ def _hour_minute_slowly(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hour, minute
 
 
+def _is_ascii_space(codes: np.ndarray) -> np.ndarray:
+    return (codes == 32) | ((codes >= 9) & (codes <= 13))
+
+
+def _already_canonical(raw: np.ndarray, integer: bool) -> np.ndarray:
+    """Which values of an ``S`` array :func:`_canonical_bytes` would leave as they are (or, for an
+    integer column, turn from ``X.0`` into an ``X`` already canonical) — read from the bytes, with
+    no string functions: ASCII (so valid UTF-8), no surrounding whitespace, no NUL inside, not
+    empty and, for integer columns, ``-?[1-9][0-9]*`` or ``0`` with an optional ``.0``. Missing
+    spellings are never asked about: they are in every lookup table."""
+    width = raw.dtype.itemsize
+    if raw.size == 0 or width == 0:
+        return np.zeros(raw.shape, dtype=bool)
+    matrix = np.ascontiguousarray(raw).view(np.uint8).reshape(raw.size, width)
+    nonzero = matrix != 0
+    length = nonzero.sum(axis=1)
+    rows = np.arange(raw.size)
+    last = matrix[rows, np.maximum(length - 1, 0)]
+    # a NUL followed by a byte is a NUL inside: S arrays pad with NULs only at the end
+    ok = (length > 0) & (matrix.max(axis=1) < 128) & ~_is_ascii_space(matrix[:, 0]) & ~_is_ascii_space(last)
+    if width > 1:
+        ok &= ~(nonzero[:, 1:] > nonzero[:, :-1]).any(axis=1)
+    if not integer:
+        return ok
+    # drop one trailing ".0"; then an optional "-" and digits without a leading zero (or "0")
+    point = (length >= 3) & (last == ord("0")) & (matrix[rows, np.maximum(length - 2, 0)] == ord("."))
+    body = length - 2 * point
+    negative = matrix[:, 0] == ord("-")
+    start = negative.view(np.uint8)
+    # digits or padding everywhere past the sign, but for the ".0" (the point is its only non-digit)
+    not_digit = ((matrix < ord("0")) | (matrix > ord("9"))) & nonzero
+    not_digit[:, 0] &= ~negative
+    ok &= (not_digit.sum(axis=1) == point) & (body > start)
+    first = matrix[rows, np.minimum(start, width - 1)]
+    ok &= (first != ord("0")) | ((body - start == 1) & ~negative)  # "0" is canonical; "-0", "007" are not
+    return ok
+
+
 # Above this many rows a hash lookup of Triton's object arrays of bytes beats converting them
 # to a fixed-width array and binary-searching; below it the hash index's call overhead loses.
 _HASH_LOOKUP_MIN_ROWS = 256
@@ -398,9 +442,19 @@ class _ColumnLookup:
         if hit.all():
             return codes, None, None
         miss = ~hit
-        canonical = _canonical_bytes(_as_bytes(array[miss], self.column), self.column, self.unknown)
+        raw = _as_bytes(array[miss], self.column)
+        # Most misses are values the encoders never saw, already in canonical form: their
+        # canonical form is themselves, not in the table, so unknown. Only the others need the
+        # string functions (slow per call on numpy's side), and a check of their UTF-8.
+        plain = _already_canonical(raw, integer=self.column in _INTEGER_CODE_COLUMNS)
+        if plain.all():
+            codes[miss] = self.unknown_code
+            return codes, miss, raw
+        canonical = raw.astype(f"S{max(raw.dtype.itemsize, len(self.unknown))}")
+        rest = ~plain
+        canonical[rest] = _canonical_bytes(raw[rest], self.column, self.unknown)
         found_codes, found = self._search(canonical)
-        codes[miss] = np.where(found, found_codes, self.unknown_code)
+        codes[miss] = np.where(found & rest, found_codes, self.unknown_code)
         return codes, miss, canonical
 
 
@@ -433,10 +487,23 @@ class FeatureEncoder:
         # once and for all. Only rows that missed the table need their text checked.
         self._online_city = self._lookup["Merchant City"].class_bytes == b"ONLINE"
         self._domestic_state = _in_sorted(_US_OR_ONLINE, self._lookup["Merchant State"].class_bytes)
+        self._rows = _RowPath(self)
 
     def transform(self, data: Any) -> np.ndarray:
-        """The float32 feature matrix in :data:`FEATURE_NAMES` order."""
+        """The float32 feature matrix in :data:`FEATURE_NAMES` order.
+
+        Small batches go through Python lists and dictionaries (numpy's per-call cost dominates
+        there); larger ones, and any batch with a value the list path does not take as plain, go
+        through the whole-column path. Both give the same features; only the column path raises.
+        """
         arrays = gather_columns(data, RAW_INPUT_COLUMNS)
+        if len(arrays["User"]) <= _ROW_PATH_MAX_ROWS:
+            out = self._rows.transform(arrays)
+            if out is not None:
+                return out
+        return self._transform_columns(arrays)
+
+    def _transform_columns(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         out = np.empty((len(arrays["User"]), len(FEATURE_NAMES)), dtype=np.float32)
         for column in _NUMERIC_COLUMNS:
             out[:, _FEATURE_INDEX[column]] = _numeric(arrays[column], column)
@@ -464,6 +531,188 @@ class FeatureEncoder:
         for column, values in codes.items():
             out[:, _FEATURE_INDEX[column]] = values
         return out
+
+
+# --------------------------------------------------------------------------- small batches, as lists
+# At a few rows numpy's fixed cost per call (some 280 calls per transform) is the whole cost, and
+# Python lists with dictionary look-ups are several times faster; per row they cost more, and
+# past about 200 rows (measured: bench/bench_preprocessing.py) the whole-column path wins. The
+# list path takes only plain values — the bytes or str Triton and DataFrames hand over, integer
+# or float numbers, "HH:MM" times, amounts like "$-64.00" — and answers None for anything else,
+# so that the column path, with its exact rules and error messages, decides every unusual row.
+_ROW_PATH_MAX_ROWS = 160
+_PLAIN_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]*)?")
+_PLAIN_TIME = re.compile(rb"([0-9]{1,2}):([0-9]{2})(?::.*)?", re.DOTALL)
+# an integer code already in canonical form (with TabFormer's ".0"): the rules leave it as it is
+_CANONICAL_INTEGER = re.compile(rb"(?:-?[1-9][0-9]*|0)(?:\.0)?")
+_MISSING_SET = frozenset(_MISSING.tolist())
+_TEXT_COLUMNS = (*ENCODED_COLUMNS, "Time", "Amount", "Errors?")
+_US_OR_ONLINE_SET = frozenset(_US_OR_ONLINE.tolist())
+_WHITESPACE = b" \t\n\r\x0b\x0c"
+
+
+def _plain_text(value: Any) -> bytes | None:
+    if value is None:  # a DataFrame's missing value, spelled as numpy's S conversion spells it
+        return b"None"
+    if type(value) is float and value != value:
+        return b"nan"
+    text = value.encode("utf-8") if type(value) is str else value
+    if type(text) is not bytes or b"\x00" in text:  # numpy's S arrays drop trailing NULs: not plain
+        return None
+    return text
+
+
+def _plain_column(array: np.ndarray) -> list[bytes] | None:
+    """The column's values as :func:`_as_bytes` converts them, or None when one is not plain."""
+    kind = array.dtype.kind
+    if kind in "OSU":
+        values = array.tolist()
+        kinds = set(map(type, values))
+        if kinds == {bytes}:  # Triton's BYTES tensors: checked in two C calls, not per value
+            return None if b"\x00" in b"".join(values) else values
+        texts = [_plain_text(value) for value in values]
+    elif kind in "iu":
+        texts = [str(value).encode() for value in array.tolist()]
+    elif kind == "f":
+        texts = []
+        for value in array.tolist():
+            if not math.isfinite(value):
+                texts.append(b"")
+            elif value.is_integer() and abs(value) < 2.0**63:
+                texts.append(str(int(value)).encode())
+            else:  # how numpy prints a fraction is its own business: the column path decides
+                return None
+    else:
+        return None
+    return None if None in texts else texts
+
+
+def _canonical_integer_one(text: bytes) -> bytes:
+    """:func:`_canonical_integer_bytes` for one value."""
+    head, dot, fraction = text.partition(b".")
+    if dot and fraction.strip(b"0"):
+        return text
+    negative = head.startswith(b"-")
+    digits = head.partition(b"-")[2] if negative else head
+    if not digits.isdigit():
+        return text
+    digits = digits.lstrip(b"0") or b"0"
+    return b"-" + digits if negative and digits != b"0" else digits
+
+
+class _RowPath:
+    """:meth:`FeatureEncoder.transform` for a small batch of plain rows, as Python lists, with
+    dictionaries built once."""
+
+    def __init__(self, encoder: FeatureEncoder) -> None:
+        self.tables = {column: dict(zip(lookup.keys.tolist(), lookup.codes.tolist(), strict=True))
+                       for column, lookup in encoder._lookup.items()}
+        self.unknown_codes = encoder.unknown_codes
+        self.unknown = encoder.unknown_value.encode()
+        self.online_city = encoder._online_city.tolist()
+        self.domestic_state = encoder._domestic_state.tolist()
+        self.state_online = encoder._rule_codes["Merchant State", b"ONLINE"]
+        self.zip_online = encoder._rule_codes["Zip", b"ONLINE"]
+        self.zip_foreign = encoder._rule_codes["Zip", b"FOREIGN"]
+        self.numeric_index = [_FEATURE_INDEX[c] for c in _NUMERIC_COLUMNS]
+        self.columns = [(c, _FEATURE_INDEX[c]) for c in ENCODED_COLUMNS]
+
+    def _canonical(self, text: bytes, column: str) -> bytes | None:
+        """:func:`_canonical_bytes` for one value; None where that raises (not UTF-8)."""
+        text = text.strip(_WHITESPACE)
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if text in _MISSING_SET:
+            return self.unknown
+        return _canonical_integer_one(text) if column in _INTEGER_CODE_COLUMNS else text
+
+    def _codes(self, texts: list[bytes], column: str) -> tuple[list[int], list[bytes | None]] | None:
+        """Each value's code, and its canonical bytes where it missed the table (else None);
+        None when a miss is not valid UTF-8."""
+        table = self.tables[column]
+        codes = [table.get(text) for text in texts]
+        canonical: list[bytes | None] = [None] * len(texts)
+        if None in codes:
+            unknown = self.unknown_codes[column]
+            integer = column in _INTEGER_CODE_COLUMNS
+            for row, code in enumerate(codes):
+                if code is not None:
+                    continue
+                text = texts[row]
+                # the common miss, a value never seen and already canonical: its own canonical
+                # form, which the table lacks, so unknown — no string processing at all
+                if (_CANONICAL_INTEGER.fullmatch(text) if integer
+                        else text.isascii() and text and text.strip(_WHITESPACE) == text):
+                    codes[row], canonical[row] = unknown, text.removesuffix(b".0") if integer else text
+                    continue
+                value = self._canonical(text, column)
+                if value is None:
+                    return None
+                codes[row] = table.get(value, unknown)
+                canonical[row] = value
+        return codes, canonical  # type: ignore[return-value]
+
+    def transform(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """The features, or None when a value is not plain (the column path then decides)."""
+        features: list[list[float] | list[int] | None] = [None] * len(FEATURE_NAMES)
+        for column, position in zip(_NUMERIC_COLUMNS, self.numeric_index, strict=True):
+            array = arrays[column]
+            if array.dtype.kind not in "iuf":
+                return None
+            values = [float(value) for value in array.tolist()]
+            if not all(map(math.isfinite, values)):
+                return None
+            features[position] = values
+        lists = [arrays[column].tolist() for column in _TEXT_COLUMNS]
+        if set(map(type, itertools.chain.from_iterable(lists))) == {bytes}:
+            # Triton's BYTES tensors, all of them checked in a few C calls
+            if b"\x00" in b"".join(itertools.chain.from_iterable(lists)):
+                return None
+            texts = dict(zip(_TEXT_COLUMNS, lists, strict=True))
+        else:
+            texts = {}
+            for column in _TEXT_COLUMNS:
+                texts[column] = _plain_column(arrays[column])
+                if texts[column] is None:
+                    return None
+        amounts = [text.strip(_WHITESPACE).lstrip(b"$") for text in texts["Amount"]]
+        times = [_PLAIN_TIME.fullmatch(text.strip(_WHITESPACE)) for text in texts["Time"]]
+        if None in times or not all(map(_PLAIN_NUMBER.fullmatch, amounts)):
+            return None
+        hours = [int(match.group(1)) for match in times]  # type: ignore[union-attr]
+        minutes = [int(match.group(2)) for match in times]  # type: ignore[union-attr]
+        if max(hours) >= 24 or max(minutes) >= 60:
+            return None
+        index = _FEATURE_INDEX
+        features[index["Amount"]] = [float(amount) for amount in amounts]
+        features[index["Hour"]], features[index["Minute"]] = hours, minutes
+        features[index["Errors?"]] = [0.0 if text.strip(_WHITESPACE) in _MISSING_SET else 1.0
+                                      for text in texts["Errors?"]]
+        codes, canonical = {}, {}
+        for column in ENCODED_COLUMNS:
+            found = self._codes(texts[column], column)
+            if found is None:
+                return None
+            codes[column], canonical[column] = found
+        online = [self.online_city[code] if text is None else text == b"ONLINE"
+                  for code, text in zip(codes["Merchant City"], canonical["Merchant City"], strict=True)]
+        domestic = [self.domestic_state[code] if text is None else text in _US_OR_ONLINE_SET
+                    for code, text in zip(codes["Merchant State"], canonical["Merchant State"], strict=True)]
+        if any(online):
+            codes["Merchant State"] = [self.state_online if on else code
+                                       for on, code in zip(online, codes["Merchant State"], strict=True)]
+            codes["Zip"] = [self.zip_online if on else code for on, code in zip(online, codes["Zip"], strict=True)]
+            domestic = [on or inland for on, inland in zip(online, domestic, strict=True)]
+        if not all(domestic):
+            codes["Zip"] = [code if inland else self.zip_foreign
+                            for inland, code in zip(domestic, codes["Zip"], strict=True)]
+        for column, position in self.columns:
+            features[position] = codes[column]
+        # float64 first, as the column path computes: the same float32 values
+        # Python floats are doubles: straight to float32 rounds as the column path's float64 does
+        return np.ascontiguousarray(np.array(features, dtype=np.float32).T)
 
 
 def check_numeric_columns(arrays: Mapping[str, np.ndarray]) -> None:
