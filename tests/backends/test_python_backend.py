@@ -215,6 +215,21 @@ def test_pb_utils_is_the_triton_module(tmp_path, backends):
     assert triton_python_backend_utils is pb_utils
 
 
+def test_input_tensors_by_name_on_server_and_model_made_requests():
+    x, names = np.ones((2, 1), np.float32), np.array([[b"a"], [b"b"]], dtype=object)
+    served = pb_utils.InferenceRequest._from_server(InferRequest("m", {"X": x, "NAME": names}), decoupled=False,
+                                                    output_names=["Y"])
+    made = pb_utils.InferenceRequest(model_name="m", inputs=[pb_utils.Tensor("X", x), pb_utils.Tensor("NAME", names)],
+                                     requested_output_names=["Y"])
+    for request in (served, made):
+        assert pb_utils.get_input_tensor_by_name(request, "X").as_numpy() is not None
+        np.testing.assert_array_equal(pb_utils.get_input_tensor_by_name(request, "X").as_numpy(), x)
+        assert pb_utils.get_input_tensor_by_name(request, "NAME").as_numpy().tolist() == [[b"a"], [b"b"]]
+        assert pb_utils.get_input_tensor_by_name(request, "nope") is None
+    # the server's arrays are handed over as they are, by name as by position
+    assert pb_utils.get_input_tensor_by_name(served, "X").as_numpy() is served.inputs()[0].as_numpy()
+
+
 # --------------------------------------------------------------------------- the exported fraud repository
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,6 +76,4 @@ class TritonPythonModel:
 
 
 def _concatenate(arrays):
-    import numpy as np
-
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
