@@ -104,6 +104,46 @@ def in_process_overhead(repo: Path, duration_s: float, rounds: int) -> None:
     print(f"-> the tool adds {tool_median - bare_median:.1f} us per request (median against median)")
 
 
+def load_headroom(duration_s: float, rounds: int, concurrency: int = 16) -> None:
+    """The in-process load against a no-op model and against the fraud ensemble, at the same
+    concurrency: were the load generator the bottleneck, the two rates would be close. Target:
+    the no-op rate >= 5x the ensemble's."""
+    import triton_nb
+    from triton_nb import fraud
+    from triton_nb.perf import measure
+    from triton_nb.repository import export_fraud_repository
+
+    repo = write_repository(Path(tempfile.mkdtemp(prefix="bench-perf-tool-headroom-")))
+    model = fraud.train_fraud_model(fraud.generate_transactions(20_000, seed=0), num_boost_round=50, progress=False)
+    export_fraud_repository(model, repo / "fraud")
+    for name in ("preprocessing", "fil", "ensemble"):
+        shutil.move(str(repo / "fraud" / name), str(repo / name))
+    (repo / "fraud").rmdir()
+    unseen = fraud.generate_transactions(2_000, seed=3)  # distinct rows, not seen in training
+    print()
+    print(f"in-process load headroom, {concurrency} in flight, {duration_s:g} s per measurement, median of "
+          f"{rounds} alternated rounds")
+    print(f"{'round':>6} | {'no-op infer/s':>13} | {'ensemble infer/s':>16} | {'ratio':>6}")
+    rates: dict[str, list[float]] = {"noop": [], "ensemble": []}
+    with triton_nb.serve(repo) as server:
+        for _ in range(100):  # the FIL backend's compiled engine and the models warmed up
+            server.client().infer("ensemble", unseen.head(1))
+        for index in range(rounds):
+            order = ("noop", "ensemble") if index % 2 == 0 else ("ensemble", "noop")
+            for name in order:
+                data = None if name == "noop" else unseen
+                result = measure(server, name, concurrency_range=[concurrency],
+                                 input_data="zero" if data is None else data,
+                                 measurement_interval_ms=int(duration_s * 1000 / 3), warmup_ms=500)
+                rates[name].append(float(result["throughput_infer_per_sec"].iloc[0]))
+            print(f"{index + 1:>6} | {rates['noop'][-1]:>13,.0f} | {rates['ensemble'][-1]:>16,.0f} | "
+                  f"{rates['noop'][-1] / rates['ensemble'][-1]:>5.1f}x")
+    shutil.rmtree(repo, ignore_errors=True)
+    noop, ensemble = float(np.median(rates["noop"])), float(np.median(rates["ensemble"]))
+    verdict = "ok" if noop >= 5 * ensemble else "MISSED"
+    print(f"{'median':>6} | {noop:>13,.0f} | {ensemble:>16,.0f} | {noop / ensemble:>5.1f}x   target >= 5x: {verdict}")
+
+
 def http_agreement(repo: Path, levels: list[int], duration_s: float, wrk: str, rounds: int) -> None:
     from triton_nb.perf import measure
     from triton_nb.perf.inputs import encode_http
@@ -148,6 +188,7 @@ def main() -> None:
         parser.error(f"wrk not found at {args.wrk}")
     repo = write_repository(Path(tempfile.mkdtemp(prefix="bench-perf-tool-repo-")))
     in_process_overhead(repo, args.duration_s, args.rounds)
+    load_headroom(args.duration_s, args.rounds)
     http_agreement(repo, [int(c) for c in args.concurrency.split(",")], args.duration_s, args.wrk, args.rounds)
     shutil.rmtree(repo, ignore_errors=True)
 

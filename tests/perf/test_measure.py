@@ -268,6 +268,69 @@ def test_an_open_loop_keeps_its_rate(monkeypatch):
     np.testing.assert_array_equal(np.sort(completions.start_ns), expected)
 
 
+class _HeldAnswers:
+    """A server whose answers the test gives, one at a time; each request records its index."""
+
+    def __init__(self) -> None:
+        self.futures: list[Future] = []
+        self.sent: list[int] = []
+
+    def infer_async(self, request) -> Future:
+        self.sent.append(int(request.inputs["X"][0, 0]))
+        future: Future = Future()
+        self.futures.append(future)
+        return future
+
+
+def test_a_closed_loop_keeps_its_requests_in_flight_without_a_thread_each():
+    server = _HeldAnswers()
+    requests = [{"X": np.full((1, 2), i, np.float32)} for i in range(100)]
+    load = load_module.InProcessLoad(server, "m", requests, concurrency=4)
+    threads_before = threading.active_count()
+    load.start()
+    assert threading.active_count() == threads_before  # no thread per request, none at all
+    assert server.sent == [0, 1, 2, 3]  # the four slots, each with its first request
+    server.futures[2].set_result(None)  # an answer sends that slot's next request, and only it
+    assert server.sent == [0, 1, 2, 3, 6]
+    server.futures[0].set_exception(RuntimeError("a failed request is measured, and the slot goes on"))
+    assert server.sent == [0, 1, 2, 3, 6, 4]
+    stopper = threading.Thread(target=load.stop)
+    stopper.start()
+    stopper.join(0.2)
+    assert stopper.is_alive()  # stop waits for the requests in flight ...
+    for future in server.futures:
+        if not future.done():
+            future.set_result(None)
+    stopper.join(30)
+    assert not stopper.is_alive() and len(server.sent) == 6  # ... and sends nothing more
+    completions = load.take()
+    assert len(completions.ok) == 6 and completions.ok.sum() == 5
+
+
+class _AnswersAtOnce:
+    """A server that answers before the caller can attach a callback."""
+
+    def __init__(self, load_stop_after: int) -> None:
+        self.count, self.stop_after, self.load = 0, load_stop_after, None
+
+    def infer_async(self, request) -> Future:
+        self.count += 1
+        if self.count == self.stop_after:
+            self.load._stopping.set()
+        future: Future = Future()
+        future.set_result(None)
+        return future
+
+
+def test_answers_that_come_at_once_do_not_recurse():
+    server = _AnswersAtOnce(load_stop_after=5000)  # beyond Python's recursion limit, were each answer nested
+    load = load_module.InProcessLoad(server, "m", [{"X": np.zeros((1, 2), np.float32)}], concurrency=2)
+    server.load = load
+    load.start()
+    load.stop()
+    assert server.count == 5000 and len(load.take().ok) == 5000
+
+
 def test_measure_refuses_what_it_cannot_do(scale_server):
     with pytest.raises(InvalidArgumentError, match="concurrency_range or request_rate_range"):
         measure(scale_server, "scale")

@@ -62,8 +62,9 @@ class _Recorder:
 
 
 class InProcessLoad:
-    """Requests to a server in this process, from threads (closed loop) or a scheduler thread
-    (open loop)."""
+    """Requests to a server in this process: a closed loop of ``concurrency`` requests kept in
+    flight by completion callbacks (no thread per request: the load must not cost the server its
+    GIL), or an open loop paced by a scheduler thread."""
 
     def __init__(self, server: InferenceServer, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
@@ -81,31 +82,56 @@ class InProcessLoad:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._in_flight = threading.Semaphore(10_000)  # an open loop never queues without bound
+        self._outstanding = 0  # closed loop: requests sent and not yet answered
+        self._outstanding_changed = threading.Condition()
+        self._submitting = threading.local()  # a trampoline, so answers that come at once do not recurse
 
     def _request(self, index: int) -> InferRequest:
         return InferRequest(self._model, self._requests[index % len(self._requests)])
 
     def start(self) -> None:
         if self._concurrency is not None:
-            targets = [(self._closed_loop, (i,)) for i in range(self._concurrency)]
-        else:
-            targets = [(self._open_loop, ())]
-        for target, args in targets:
-            thread = threading.Thread(target=target, args=args, name="triton-nb-perf-load", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            for slot in range(self._concurrency):
+                self._send(slot)
+            return
+        thread = threading.Thread(target=self._open_loop, name="triton-nb-perf-load", daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
-    def _closed_loop(self, offset: int) -> None:
-        index = offset
-        while not self._stopping.is_set():
-            started = time.monotonic_ns()
-            try:
-                self._server.infer(self._request(index))
-                ok = True
-            except Exception:  # a failed request is a measured outcome, not the load's end
-                ok = False
-            self._recorder.add(started, time.monotonic_ns(), ok)
-            index += 1
+    def _send(self, index: int) -> None:
+        """Send request ``index`` of one closed-loop slot; its answer sends the slot's next one.
+
+        Runs on the thread that completed the previous request (a model's worker, usually). A
+        request answered before its callback is attached would run the callback here, inside
+        this call: those are queued on the thread and sent by the outermost call instead."""
+        queued = getattr(self._submitting, "queued", None)
+        if queued is not None:
+            queued.append(index)
+            return
+        self._submitting.queued = pending = [index]
+        try:
+            while pending and not self._stopping.is_set():
+                index = pending.pop()
+                started = time.monotonic_ns()
+                try:
+                    future = self._server.infer_async(self._request(index))
+                except Exception:  # refused at once: a measured failure; the slot goes on
+                    self._recorder.add(started, time.monotonic_ns(), False)
+                    pending.append(index + self._concurrency)
+                    continue
+                with self._outstanding_changed:
+                    self._outstanding += 1
+                future.add_done_callback(lambda f, s=started, i=index: self._closed_done(s, i, f))
+        finally:
+            self._submitting.queued = None
+
+    def _closed_done(self, started: int, index: int, future: Any) -> None:
+        ok = not future.cancelled() and future.exception() is None
+        self._recorder.add(started, time.monotonic_ns(), ok)
+        with self._outstanding_changed:
+            self._outstanding -= 1
+            self._outstanding_changed.notify_all()
+        self._send(index + self._concurrency)  # type: ignore[operator]
 
     def _open_loop(self) -> None:
         rng = random.Random(self._seed)
@@ -135,10 +161,14 @@ class InProcessLoad:
     def take(self) -> Completions:
         return self._recorder.take()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop sending and wait for the requests in flight (at most ``timeout_s``): the next
+        measurement must not start with this one's requests still queued."""
         self._stopping.set()
         for thread in self._threads:
             thread.join()
+        with self._outstanding_changed:
+            self._outstanding_changed.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
 
 
 _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
