@@ -3,21 +3,29 @@
 Inputs are numpy arrays (used as they are: no copies) or a pandas DataFrame, whose columns are
 matched to the model's inputs by name and converted to each input's datatype and shape — so a
 raw TabFormer DataFrame goes straight into the fraud ensemble. Results have ``as_numpy(name)``
-and ``as_pandas()``.
+and ``as_pandas()``. ``infer_frame`` takes a DataFrame of any length: it splits it at the
+model's ``max_batch_size`` and sends the pieces together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_nb.errors import InvalidArgumentError
+from triton_nb.errors import (
+    InternalError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    TritonNBError,
+    UnavailableError,
+)
 from triton_nb.server.types import (
     InferRequest,
     InferResponse,
@@ -43,18 +51,7 @@ class InferResult:
 
     def as_pandas(self) -> pd.DataFrame:
         """Outputs as columns: ``name`` for one value per row, ``name_0..k`` for several."""
-        columns: dict[str, Any] = {}
-        for name, array in self._response.outputs.items():
-            if array.ndim == 1:
-                columns[name] = array
-            elif array.ndim == 2 and array.shape[1] == 1:
-                columns[name] = array[:, 0]
-            elif array.ndim == 2:
-                for i in range(array.shape[1]):
-                    columns[f"{name}_{i}"] = array[:, i]
-            else:
-                columns[name] = list(array)
-        return pd.DataFrame(columns)
+        return pd.DataFrame(_output_columns(self._response.outputs))
 
     def get_response(self) -> dict[str, Any]:
         """The KServe v2 response header: model, version, id and output descriptions."""
@@ -82,6 +79,55 @@ class InferAsyncRequest:
 
     def get_result(self, timeout: float | None = None) -> InferResult:
         return InferResult(self._future.result(timeout=timeout))
+
+
+def _output_columns(outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of :meth:`InferResult.as_pandas`, the first axis of each output being the rows."""
+    columns: dict[str, Any] = {}
+    for name, array in outputs.items():
+        if array.ndim == 1:
+            columns[name] = array
+        elif array.ndim == 2 and array.shape[1] == 1:
+            columns[name] = array[:, 0]
+        elif array.ndim == 2:
+            for i in range(array.shape[1]):
+                columns[f"{name}_{i}"] = array[:, i]
+        else:
+            columns[name] = list(array)
+    return columns
+
+
+# The keyword options of ``infer`` after the inputs; infer_frame passes them on to every request.
+_INFER_OPTIONS = ("outputs", "model_version", "request_id", "priority", "timeout_microseconds", "parameters")
+# How many failed row ranges one error message lists for each distinct failure.
+_RANGES_SHOWN = 5
+
+
+def _rows(start: int, stop: int) -> str:
+    return f"row {start}" if stop - start == 1 else f"rows {start}-{stop - 1}"
+
+
+def _frame_error(model_name: str, failures: list[tuple[int, int, BaseException]], requests: int) -> TritonNBError:
+    """One error for every failed piece of a frame: the row ranges grouped by what went wrong.
+
+    It is of the pieces' own class when they all failed alike, so that ``except
+    InvalidArgumentError`` (and the wire status a front end derives from the class) still works."""
+    groups: dict[str, list[str]] = {}
+    for start, stop, error in failures:
+        groups.setdefault(str(error) or type(error).__name__, []).append(_rows(start, stop))
+    parts = []
+    for message, ranges in groups.items():
+        shown = ", ".join(ranges[:_RANGES_SHOWN])
+        if len(ranges) > _RANGES_SHOWN:
+            shown += f" and {len(ranges) - _RANGES_SHOWN} more range(s)"
+        parts.append(f"{shown}: {message}")
+    text = (f"model '{model_name}': {len(failures)} of {requests} request(s) of the DataFrame failed "
+            f"(rows by position); " + "; ".join(parts))
+    kinds = {type(error) for _, _, error in failures}
+    kind = kinds.pop() if len(kinds) == 1 else TritonNBError
+    if not issubclass(kind, TritonNBError) or kind is MissingDependencyError:  # no plain (message) constructor
+        kind = TritonNBError
+    return kind(text)
 
 
 def _version(model_version: str | int) -> int:
@@ -144,12 +190,16 @@ class InProcessClient:
         return array
 
     @staticmethod
-    def _from_frame(config: mc.ModelConfig, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-        """Columns matched to inputs by name; each converted to the input's datatype and shape."""
+    def _check_columns(config: mc.ModelConfig, frame: pd.DataFrame) -> None:
         missing = [t.name for t in config.input if t.name not in frame.columns and not t.optional]
         if missing:
             raise InvalidArgumentError(
                 f"model '{config.name}': the DataFrame has no column(s) {', '.join(map(repr, missing))}")
+
+    @staticmethod
+    def _from_frame(config: mc.ModelConfig, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Columns matched to inputs by name; each converted to the input's datatype and shape."""
+        InProcessClient._check_columns(config, frame)
         if len(frame) == 0:
             raise InvalidArgumentError(f"model '{config.name}': the DataFrame has no rows")
         arrays = {}
@@ -202,6 +252,152 @@ class InProcessClient:
                                 options.get("request_id", ""), options.get("priority", 0),
                                 options.get("timeout_microseconds"), options.get("parameters"))
         return InferAsyncRequest(self._server.infer_async(request))
+
+    def infer_frame(
+        self, model_name: str, frame: pd.DataFrame, *, max_in_flight: int = 8, **options: Any
+    ) -> pd.DataFrame:
+        """Run a DataFrame of any length: one request per ``max_batch_size`` rows, sent together.
+
+        ``infer`` keeps Triton's rule and refuses a batch over the model's ``max_batch_size``;
+        this splits ``frame`` into pieces of at most that many rows (the limit in force now,
+        with any live change), sends them without waiting in between, so the server's dynamic
+        batchers see them together, and joins the answers. A model with ``max_batch_size`` 0 does
+        not batch: each row is then a request of its own (as Triton sees a non-batching model,
+        one sample per request). Each column fills one value of its input per row, so an input
+        given as a column must hold one value per row (dims ``[1]``); a model with a wider one
+        is refused before anything is sent (numpy arrays through ``infer`` can feed it; for a
+        model that does not batch, ``infer`` sends the frame whole as one request).
+
+        At most ``max_in_flight`` pieces are in flight at once; the next one leaves as one is
+        answered. That bounds the memory of converted inputs, and a model's ``max_queue_size``
+        of at least ``max_in_flight`` refuses none of them; a frame of up to ``max_in_flight *
+        max_batch_size`` rows goes out whole before the first wait.
+
+        ``options`` are ``infer``'s — ``outputs``, ``model_version``, ``request_id``,
+        ``priority``, ``timeout_microseconds``, ``parameters`` — and apply to every piece. As in
+        ``infer``, ``timeout_microseconds`` is each request's queue timeout where the model's queue
+        policy allows an override, and bounds the wait for each piece from when it was sent: a
+        piece not answered by then is cancelled (the server drops it unless it is executing) and
+        counts as failed.
+
+        Returns one DataFrame with the columns ``InferResult.as_pandas()`` gives (the outputs:
+        ``name``, or ``name_0..k`` for several values per row), its rows in ``frame``'s order and
+        under ``frame``'s index, so ``frame.join(result)`` puts inputs and answers side by side.
+
+        Raises ``InvalidArgumentError`` naming the model for an empty frame, a missing column or
+        an unknown option. If any piece fails, every other piece is still run to its end, and
+        then one error names the model and the failed row ranges (positions in ``frame``) with
+        what went wrong; it is of the pieces' error class when they all failed alike. Only an
+        interruption (``KeyboardInterrupt``) stops early: the pieces still queued are cancelled.
+        """
+        unknown = sorted(set(options) - set(_INFER_OPTIONS))
+        if unknown:
+            raise InvalidArgumentError(
+                f"infer_frame('{model_name}'): unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"the options are {', '.join(_INFER_OPTIONS)}")
+        if not isinstance(frame, pd.DataFrame):
+            raise InvalidArgumentError(
+                f"model '{model_name}': infer_frame takes a pandas DataFrame, got {type(frame).__name__}")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(
+                f"model '{model_name}': max_in_flight must be a whole number >= 1, got {max_in_flight!r}")
+        version = _version(options.get("model_version", ""))
+        # model_config, not input_config: a live update may have lowered max_batch_size, and infer
+        # refuses pieces over the limit in force.
+        limit = self._server.model_config(model_name, version).max_batch_size
+        config = self._server.input_config(model_name, version)
+        if len(frame) == 0:
+            raise InvalidArgumentError(f"model '{model_name}': the DataFrame has no rows")
+        # Checked once here: every piece would otherwise fail alike, after all of them had run.
+        self._check_columns(config, frame)
+        for spec in config.input:
+            values = int(np.prod([d if d != -1 else 1 for d in spec.dims]))
+            if spec.name in frame.columns and values != 1:
+                if limit > 0:
+                    raise InvalidArgumentError(
+                        f"model '{model_name}': input '{spec.name}' takes {values} values per row (dims "
+                        f"{list(spec.dims)}), but a DataFrame column gives one; send it as a numpy array")
+                raise InvalidArgumentError(
+                    f"model '{model_name}' does not batch (max_batch_size 0), so infer_frame sends one request "
+                    f"per row, but input '{spec.name}' takes {values} values per request (dims {list(spec.dims)}) "
+                    f"and a row gives one; to send the frame as one request, use infer()")
+        step = limit if limit > 0 else 1
+        pieces = [(start, min(start + step, len(frame))) for start in range(0, len(frame), step)]
+        wait_s = None if options.get("timeout_microseconds") is None else options["timeout_microseconds"] / 1e6
+        responses: list[InferResponse | None] = [None] * len(pieces)
+        failures: list[tuple[int, int, BaseException]] = []
+        in_flight: dict[Future, tuple[int, float | None]] = {}
+        sent = 0
+        try:
+            while sent < len(pieces) or in_flight:
+                while sent < len(pieces) and len(in_flight) < max_in_flight:
+                    start, stop = pieces[sent]
+                    try:
+                        request = self._request(
+                            model_name, frame.iloc[start:stop], options.get("outputs"), version,
+                            options.get("request_id", ""), options.get("priority", 0),
+                            options.get("timeout_microseconds"), options.get("parameters"))
+                        future = self._server.infer_async(request)
+                    except TritonNBError as exc:  # refused at once (a bad value, a full queue): this piece only
+                        failures.append((start, stop, exc))
+                    else:
+                        in_flight[future] = (sent, None if wait_s is None else time.monotonic() + wait_s)
+                    sent += 1
+                if not in_flight:
+                    continue
+                deadlines = [d for _, d in in_flight.values() if d is not None]
+                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                done, _ = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index, _ = in_flight.pop(future)
+                    error = future.exception()
+                    if error is None:
+                        responses[index] = future.result()
+                    else:
+                        failures.append((*pieces[index], error))
+                now = time.monotonic()
+                for future, (index, deadline) in list(in_flight.items()):
+                    if deadline is not None and deadline <= now:
+                        # as infer does: the server drops a cancelled request it has not started
+                        future.cancel()
+                        del in_flight[future]
+                        failures.append((*pieces[index], UnavailableError(
+                            f"model '{model_name}': no response within {wait_s:g} s (request timed out)")))
+        except BaseException:
+            for future in in_flight:
+                future.cancel()
+            raise
+        if failures:
+            failures.sort(key=lambda failure: failure[0])
+            raise _frame_error(model_name, failures, len(pieces)) from failures[0][2]
+        answered = [response for response in responses if response is not None]  # all of them: none failed
+        return pd.DataFrame(self._join_outputs(model_name, pieces, answered, limit > 0), index=frame.index)
+
+    @staticmethod
+    def _join_outputs(model_name: str, pieces: list[tuple[int, int]], responses: list[InferResponse],
+                      batching: bool) -> dict[str, Any]:
+        """The pieces' outputs end to end, as :meth:`InferResult.as_pandas` columns."""
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in responses[0].outputs}
+        for (start, stop), response in zip(pieces, responses, strict=True):
+            for name, chunks in parts.items():
+                array = response.outputs.get(name)
+                if array is None:
+                    raise InternalError(f"model '{model_name}': no output '{name}' for {_rows(start, stop)}")
+                # Without batching an output is one request's whole tensor: one row of the result.
+                array = array if batching else array[np.newaxis]
+                if array.shape[0] != stop - start:
+                    raise InternalError(
+                        f"model '{model_name}': output '{name}' has {array.shape[0]} rows for {_rows(start, stop)}")
+                chunks.append(array)
+        joined: dict[str, np.ndarray] = {}
+        for name, chunks in parts.items():
+            if len({chunk.shape[1:] for chunk in chunks}) == 1:
+                joined[name] = np.concatenate(chunks)
+            else:  # a variable-shape output: one array per row, kept whole
+                rows = np.empty(sum(len(chunk) for chunk in chunks), dtype=object)
+                rows[:] = [row for chunk in chunks for row in chunk]
+                joined[name] = rows
+        return _output_columns(joined)
 
     def stream_infer(
         self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any
