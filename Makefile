@@ -1,6 +1,7 @@
 # Set-up and entry points. `make demo` and `make test` each create the local virtual
 # environment (.venv) on first use and reinstall when pyproject.toml changes.
 PYTHON ?= python3
+CHROMIUM ?= /usr/bin/chromium
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -26,14 +27,14 @@ $(BIN)/.triton-installed: $(BIN)/.installed
 # (Playwright's own browser download is not used). Installed with apt when this user can (root, or
 # password-less sudo); otherwise one line says how, and only that test fails.
 chromium:
-	@if [ ! -x /usr/bin/chromium ]; then \
+	@if [ ! -x $(CHROMIUM) ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
 	    SUDO="sudo"; else SUDO="none"; fi; \
 	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null; then \
-	    echo "installing Debian's chromium for the browser test (apt-get install chromium)"; \
+	    echo "installing Debian's chromium for the browser test (apt-get install chromium)"; mkdir -p $(VENV); \
 	    { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; } \
-	      >/tmp/triton-nb-chromium-install.log 2>&1 || echo "apt-get install chromium failed (see \
-	      /tmp/triton-nb-chromium-install.log); tests/notebooks/test_browser.py fails until it is installed"; \
+	      >$(VENV)/chromium-install.log 2>&1 \
+	      || echo "apt-get install chromium failed (see $(VENV)/chromium-install.log): the browser test fails"; \
 	  else \
 	    echo "chromium is missing and cannot be installed here (needs apt and root or sudo): run 'sudo apt-get install chromium' (Debian/Ubuntu); until then tests/notebooks/test_browser.py fails"; \
 	  fi; \
@@ -71,9 +72,9 @@ wrk:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
 	    SUDO="sudo"; else SUDO="none"; fi; \
 	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null; then \
+	    mkdir -p $(VENV); \
 	    { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk; } \
-	      >/tmp/triton-nb-wrk-install.log 2>&1 || { echo "apt-get install wrk failed (see \
-	      /tmp/triton-nb-wrk-install.log)"; exit 1; }; \
+	      >$(VENV)/wrk-install.log 2>&1 || { echo "apt-get install wrk failed (see $(VENV)/wrk-install.log)"; exit 1; }; \
 	  else echo "make bench needs wrk: run 'sudo apt-get install wrk' (Debian/Ubuntu)"; exit 1; fi; \
 	fi
 
