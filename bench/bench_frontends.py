@@ -12,20 +12,31 @@ One run, one machine, one trained fraud model, served in turn by
   deploys, and what real Triton's build cannot serve): reported as rows of their own, against the
   same real Triton measurements.
 
-Every request is one row to model ``ensemble``. Load:
+Every request is one row to model ``ensemble``. What the rows are (``--inputs``):
 
-* HTTP — ``wrk`` (one thread, N connections) POSTing a KServe v2 JSON body
-  (``/v2/models/ensemble/infer``); throughput and the 50%/99% latencies are wrk's;
+* ``fixed`` (the default) — one row, one XGBoost flags as fraud, in every request: one body, one payload;
+* ``distinct`` — ``--rows`` (4,096) transactions generated with ``--seed`` (not the training frame's
+  seed 0: rows, cardholders and merchants the model never saw), shuffled so that consecutive requests
+  come from different cardholders; each request carries the next row, cycled, as live traffic brings a
+  new transaction each time. Every server gets the same sequence: each wrk run and each gRPC load
+  process starts at the same row of it.
+
+Load:
+
+* HTTP — ``wrk`` (one thread, N connections) POSTing KServe v2 JSON bodies
+  (``/v2/models/ensemble/infer``); in ``distinct`` mode a Lua script formats every row's request once,
+  at start, and hands out the next one per request; throughput and the 50%/99% latencies are wrk's;
 * gRPC — the same Python client for every server: grpc.aio in separate processes, each keeping
-  its share of N requests in flight over one channel, sending a pre-serialized
-  ``ModelInferRequest`` through a generic unary-unary call (no per-request protobuf work on the
-  client), recording each request's latency.
+  its share of N requests in flight over one channel, sending pre-serialized
+  ``ModelInferRequest``s (the next one each time, in ``distinct`` mode) through a generic unary-unary
+  call (no per-request protobuf work on the client), recording each request's latency.
 
 For each protocol and concurrency (1, 16, 32), and for each of triton_nb's two exports: infer/s,
 p50 and p99, each as ours/theirs, against the real Triton medians of the same run. Targets: at
 c=1 p50 <= real Triton's; at c>=16 throughput >= real Triton's with p99 <= real Triton's. Each
-point is warmed up before it is measured. Before any load, every server must give the same
-prediction for the request body over both protocols (and the one XGBoost gives).
+point is warmed up before it is measured. Before any load, every server must give XGBoost's
+prediction over both protocols for the fixed row, or, in ``distinct`` mode, for a sample of the rows
+(every row XGBoost flags as fraud, up to half of it, and rows spread over the rest).
 
 The machine may have only two cores: the servers run one after the other, never together, and
 the load generators stay small (one wrk thread, one gRPC process by default: a second one costs
@@ -34,7 +45,7 @@ busy machine, ``--rounds 3`` alternates the three servers three times (each roun
 next one) and keeps each point's median round.
 
     python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb,triton_nb_fil]
-                                    [--concurrency 1,16,32] [--rounds 1]
+                                    [--concurrency 1,16,32] [--rounds 1] [--inputs fixed|distinct]
 """
 
 from __future__ import annotations
@@ -64,6 +75,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "ensemble"
 OUTPUT = "predictions"
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+TRAINING_SEED = 0  # the generated frame the model is trained on; distinct rows must come from another one
+CHECKED_ROWS = 64  # distinct mode: rows each server must answer as XGBoost does before it is loaded
 # what each --servers name serves: (printed name, tree model's backend in the directory it serves)
 SERVERS = {
     "real": ("real Triton 2.51", "python"),
@@ -72,6 +85,18 @@ SERVERS = {
 }
 # the table's "tree model" column for triton_nb's rows
 TREE_MODEL_LABELS = {"triton_nb": "python twin (same dir)", "triton_nb_fil": "FIL (ours only)"}
+
+
+@dataclass
+class Requests:
+    """What the load sends, in this order (cycled when there are several): one KServe v2 JSON body and one
+    serialized ``ModelInferRequest`` per row; and the rows checked before the load, as (index, XGBoost's
+    prediction)."""
+
+    label: str
+    bodies: list[bytes]
+    payloads: list[bytes]
+    checks: list[tuple[int, float]]
 
 
 @dataclass
@@ -98,6 +123,36 @@ def one_row_request(model, frame, seed: int):
     index = int(predictions.argmax())
     row = sample.iloc[index:index + 1]
     return row, request_tensors(row), float(predictions[index])
+
+
+def fixed_requests(model, frame, seed: int) -> Requests:
+    _, tensors, expected = one_row_request(model, frame, seed)
+    return Requests("fixed: the same row in every request",
+                    [json_body(tensors)], [grpc_payload(tensors)], [(0, expected)])
+
+
+def distinct_requests(model, count: int, seed: int) -> Requests:
+    """``count`` transactions from a generator seed the model was not trained on, one per request.
+
+    Shuffled: the generator sorts its rows by cardholder and time, and live traffic interleaves cardholders.
+    """
+    import numpy as np
+
+    from triton_nb.fraud import generate_transactions, request_tensors
+
+    frame = generate_transactions(count, seed=seed)
+    frame = frame.iloc[np.random.default_rng(seed).permutation(len(frame))].reset_index(drop=True)
+    predictions = model.predict(frame)
+    columns = request_tensors(frame)
+    rows = [{name: array[i:i + 1] for name, array in columns.items()} for i in range(len(frame))]
+    # every row XGBoost flags as fraud, up to half the sample, so that two servers agreeing is not just both
+    # giving the common answer; the rest spread over the whole cycle
+    flagged = [int(i) for i in np.flatnonzero(predictions)][:CHECKED_ROWS // 2]
+    spread = np.linspace(0, len(frame) - 1, CHECKED_ROWS - len(flagged)).astype(int).tolist()
+    checks = [(i, float(predictions[i])) for i in sorted(set(flagged) | set(spread))]
+    label = (f"distinct: {len(frame):,} generated transactions (seed {seed}; the model trained on seed "
+             f"{TRAINING_SEED}'s), the next one in each request, cycled, the same sequence for every server")
+    return Requests(label, [json_body(row) for row in rows], [grpc_payload(row) for row in rows], checks)
 
 
 def json_body(tensors) -> bytes:
@@ -140,13 +195,11 @@ def http_prediction(http_url: str, body: bytes) -> float:
     return float(output["data"][0])
 
 
-def grpc_prediction(grpc_url: str, payload: bytes) -> float:
-    import grpc
+def grpc_prediction(channel, payload: bytes) -> float:
     import numpy as np
     from tritonclient.grpc import service_pb2
 
-    with grpc.insecure_channel(grpc_url) as channel:
-        raw = channel.unary_unary(GRPC_METHOD)(payload, timeout=30)
+    raw = channel.unary_unary(GRPC_METHOD)(payload, timeout=30)
     response = service_pb2.ModelInferResponse.FromString(raw)
     index = next(i for i, o in enumerate(response.outputs) if o.name == OUTPUT)
     output = response.outputs[index]
@@ -166,6 +219,43 @@ wrk.body = file:read("*a")
 file:close()
 wrk.headers["Content-Type"] = "application/json"
 """
+
+# Formatting a request costs Lua string work, which the one wrk thread would take from the load it drives:
+# every row's request is formatted once, at init (after wrk has set the Host header), and request() only
+# hands out the next. wrk calls request() once before the load, to check what it returns, so every run's first
+# request carries the second row: the same for every server, which is what matters.
+WRK_SCRIPT_CYCLE = """\
+-- generated by bench_frontends.py: POST the KServe v2 JSON bodies of {bodies} (one a line) in turn, cycling
+local requests = {{}}
+local last = 0
+
+function init(args)
+   wrk.headers["Content-Type"] = "application/json"
+   for body in io.lines("{bodies}") do
+      requests[#requests + 1] = wrk.format("POST", nil, nil, body)
+   end
+   assert(#requests > 0, "no bodies in {bodies}")
+end
+
+function request()
+   last = last % #requests + 1
+   return requests[last]
+end
+"""
+
+
+def write_wrk_script(work: Path, bodies: list[bytes]) -> Path:
+    script = work / "post.lua"
+    if len(bodies) == 1:
+        (work / "body.json").write_bytes(bodies[0])
+        script.write_text(WRK_SCRIPT.format(body=work / "body.json"))
+        return script
+    # json.dumps escapes every control character, so no body holds a newline: one body a line
+    if any(b"\n" in body for body in bodies):
+        raise ValueError("a JSON body holds a newline")
+    (work / "bodies.jsonl").write_bytes(b"\n".join(bodies) + b"\n")
+    script.write_text(WRK_SCRIPT_CYCLE.format(bodies=work / "bodies.jsonl"))
+    return script
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -214,9 +304,10 @@ def bench_http(wrk: str, http_url: str, script: Path, concurrency: int, warmup_s
 # ---------------------------------------------------------------------------------- gRPC: grpc.aio
 
 
-def grpc_load_process(grpc_url: str, payload: bytes, in_flight: int, warmup_s: float, duration_s: float,
-                      barrier, results) -> None:
-    """One load-generator process: ``in_flight`` coroutines on one channel, each sending back to back.
+def grpc_load_process(grpc_url: str, payloads: list[bytes], start: int, in_flight: int, warmup_s: float,
+                      duration_s: float, barrier, results) -> None:
+    """One load-generator process: ``in_flight`` coroutines on one channel, each sending back to back the
+    next of ``payloads`` (cycled, from index ``start``).
 
     Only requests that complete inside the measuring window count, and only their latencies are kept.
     """
@@ -226,17 +317,20 @@ def grpc_load_process(grpc_url: str, payload: bytes, in_flight: int, warmup_s: f
         latencies: list[float] = []
         errors = 0
         cpu = 0.0
+        sent = start  # shared by the coroutines: one event loop, so no two take the same turn
         async with grpc.aio.insecure_channel(grpc_url) as channel:
             # no serializers: the pre-serialized bytes go out as they are, answers come back as bytes
             call = channel.unary_unary(GRPC_METHOD)
-            await call(payload, timeout=30)  # connected before the clock starts
+            await call(payloads[start], timeout=30)  # connected before the clock starts
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait, 120)
             begin = time.perf_counter() + warmup_s
             end = begin + duration_s
 
             async def worker() -> None:
-                nonlocal errors
+                nonlocal errors, sent
                 while True:
+                    payload = payloads[sent % len(payloads)]
+                    sent += 1
                     started = time.perf_counter()
                     try:
                         await call(payload, timeout=30)
@@ -264,7 +358,7 @@ def grpc_load_process(grpc_url: str, payload: bytes, in_flight: int, warmup_s: f
         results.put(exc)
 
 
-def bench_grpc(grpc_url: str, payload: bytes, concurrency: int, processes: int, warmup_s: float,
+def bench_grpc(grpc_url: str, payloads: list[bytes], concurrency: int, processes: int, warmup_s: float,
                duration_s: float) -> Point:
     import multiprocessing
 
@@ -274,9 +368,12 @@ def bench_grpc(grpc_url: str, payload: bytes, concurrency: int, processes: int, 
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
     barrier = context.Barrier(processes)
     results = context.Queue()
+    # each process starts at its own place in the cycle, so that they do not send the same rows together
+    starts = [i * len(payloads) // processes for i in range(processes)]
     workers = [context.Process(target=grpc_load_process,
-                               args=(grpc_url, payload, share, warmup_s, duration_s, barrier, results), daemon=True)
-               for share in shares]
+                               args=(grpc_url, payloads, start, share, warmup_s, duration_s, barrier, results),
+                               daemon=True)
+               for start, share in zip(starts, shares, strict=True)]
     for worker in workers:
         worker.start()
     answers = [results.get(timeout=warmup_s + duration_s + 120) for _ in workers]
@@ -345,21 +442,39 @@ def busy_cpus(seconds: float = 1.0) -> float:
     return (1 - (idle1 - idle0) / max(1, total1 - total0)) * (os.cpu_count() or 1)
 
 
-def measure_server(name: str, urls: tuple[str, str], args, body: bytes, payload: bytes, script: Path,
-                   expected: float) -> dict[tuple[str, int], Point]:
+def check_predictions(title: str, urls: tuple[str, str], requests: Requests) -> None:
+    """Stop unless the server gives XGBoost's prediction for every checked row, over both protocols."""
+    import grpc
+
     http_url, grpc_url = urls
-    title = SERVERS[name][0]
-    got = {"http": http_prediction(http_url, body), "grpc": grpc_prediction(grpc_url, payload)}
-    print(f"{title}: prediction over HTTP {got['http']}, gRPC {got['grpc']} (XGBoost: {expected})", flush=True)
-    if any(value != expected for value in got.values()):
-        raise SystemExit(f"{title} does not predict what XGBoost does for the request body")
+    wrong = []
+    with grpc.insecure_channel(grpc_url) as channel:
+        for index, expected in requests.checks:
+            got = (http_prediction(http_url, requests.bodies[index]),
+                   grpc_prediction(channel, requests.payloads[index]))
+            if len(requests.checks) == 1:
+                print(f"{title}: prediction over HTTP {got[0]}, gRPC {got[1]} (XGBoost: {expected})", flush=True)
+            if any(value != expected for value in got):
+                wrong.append(f"row {index}: HTTP {got[0]}, gRPC {got[1]}, XGBoost {expected}")
+    if wrong:
+        raise SystemExit(f"{title} does not predict what XGBoost does: " + "; ".join(wrong[:10]))
+    if len(requests.checks) > 1:
+        flagged = sum(expected != 0 for _, expected in requests.checks)
+        print(f"{title}: predictions over HTTP and gRPC equal XGBoost's on {len(requests.checks)} of the "
+              f"{len(requests.bodies):,} rows ({flagged} of them flagged as fraud)", flush=True)
+
+
+def measure_server(name: str, urls: tuple[str, str], args, requests: Requests,
+                   script: Path) -> dict[tuple[str, int], Point]:
+    http_url, grpc_url = urls
+    check_predictions(SERVERS[name][0], urls, requests)
     points = {}
     for protocol in args.protocols:
         for concurrency in args.concurrency:
             if protocol == "http":
                 point = bench_http(args.wrk, http_url, script, concurrency, args.warmup_s, args.duration_s)
             else:
-                point = bench_grpc(grpc_url, payload, concurrency, args.grpc_processes, args.warmup_s,
+                point = bench_grpc(grpc_url, requests.payloads, concurrency, args.grpc_processes, args.warmup_s,
                                    args.duration_s)
             points[protocol, concurrency] = point
             print(f"  {protocol:4} c={concurrency:<3} {point.rate:9,.0f} infer/s   p50 {point.p50 * 1e3:7.2f} ms   "
@@ -386,7 +501,7 @@ def judge(ours: Point | None, real: Point | None, concurrency: int) -> tuple[tup
     return ratios, f"rate >= real, p99 <= real: {'ok' if met else 'MISSED'}"
 
 
-def print_table(results: dict[str, dict[tuple[str, int], Point]], args) -> None:
+def print_table(results: dict[str, dict[tuple[str, int], Point]], args, inputs: str) -> None:
     """One block of rows per triton_nb export, the like-for-like one first; every row holds the same
     real Triton medians, so each ratio compares measurements of this run's alternation."""
     real = results.get("real")
@@ -396,7 +511,7 @@ def print_table(results: dict[str, dict[tuple[str, int], Point]], args) -> None:
     def cell(point, attr, scale=1.0, fmt="8,.0f"):
         return format(getattr(point, attr) * scale, fmt) if point else "-".rjust(len(format(0, fmt)))
 
-    print()
+    print(f"\ninputs: {inputs}")
     header = (f"{'tree model':{width}} | {'proto':5} {'c':>3} | {'ours/s':>8} {'real/s':>8} {'ratio':>6} | "
               f"{'p50 ms':>13} {'ratio':>6} | {'p99 ms':>13} {'ratio':>6} | target")
     print(header)
@@ -448,7 +563,13 @@ def main() -> None:
     parser.add_argument("--grpc-processes", type=int, default=1,
                         help="gRPC load processes; the concurrency is split among them")
     parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
-    parser.add_argument("--seed", type=int, default=1, help="picks the request's row")
+    parser.add_argument("--inputs", choices=("fixed", "distinct"), default="fixed",
+                        help="fixed: one row in every request; distinct: --rows generated transactions the model "
+                             "never saw, a different one in each request, cycled")
+    parser.add_argument("--rows", type=int, default=4096, help="distinct rows to cycle through (--inputs distinct)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help=f"fixed: picks the row from the training frame; distinct: the rows' generator seed "
+                             f"(not {TRAINING_SEED}, the training frame's)")
     args = parser.parse_args()
     unknown = set(args.servers) - set(SERVERS) or set(args.protocols) - {"http", "grpc"}
     if unknown:
@@ -457,6 +578,9 @@ def main() -> None:
         parser.error("--servers names a server twice")
     if args.rounds < 1 or args.duration_s < 1 or args.warmup_s < 1:
         parser.error("--rounds, --duration-s and --warmup-s must be >= 1")
+    if args.inputs == "distinct" and (args.rows < 2 or args.seed == TRAINING_SEED):
+        parser.error(f"--inputs distinct needs --rows >= 2 and a --seed other than {TRAINING_SEED}, the training "
+                     "frame's")
     if "http" in args.protocols and not os.access(args.wrk, os.X_OK):
         parser.error(f"wrk not found at {args.wrk}")
 
@@ -465,7 +589,7 @@ def main() -> None:
     from triton_nb.repository.export import BatchingOptions
 
     started = time.perf_counter()
-    frame = fraud.generate_transactions(50_000, seed=0)
+    frame = fraud.generate_transactions(50_000, seed=TRAINING_SEED)
     model = fraud.train_fraud_model(frame, num_boost_round=args.trees, early_stopping_rounds=None, progress=False)
     batching = BatchingOptions() if args.max_queue_delay_us is None else BatchingOptions(
         max_queue_delay_microseconds=args.max_queue_delay_us)
@@ -474,14 +598,14 @@ def main() -> None:
     repos = {backend: export_fraud_repository(model, work / f"repo-{backend}", model_backend=backend,
                                               batching=batching)
              for backend in sorted({SERVERS[name][1] for name in args.servers})}
-    _, tensors, expected = one_row_request(model, frame, args.seed)
-    body, payload = json_body(tensors), grpc_payload(tensors)
-    (work / "body.json").write_bytes(body)
-    script = work / "post.lua"
-    script.write_text(WRK_SCRIPT.format(body=work / "body.json"))
+    if args.inputs == "fixed":
+        requests = fixed_requests(model, frame, args.seed)
+    else:
+        requests = distinct_requests(model, args.rows, args.seed)
+    script = write_wrk_script(work, requests.bodies)
     print(f"model: {model.best_iteration + 1} trees, depth 8; dynamic batching, max_queue_delay_microseconds "
           f"{batching.max_queue_delay_microseconds}; servers: {'; '.join(SERVERS[name][0] for name in args.servers)}; "
-          f"{os.cpu_count()} CPUs; prepared in {time.perf_counter() - started:.0f} s", flush=True)
+          f"{os.cpu_count()} CPUs; inputs {args.inputs}; prepared in {time.perf_counter() - started:.0f} s", flush=True)
 
     rounds: dict[str, list[dict[tuple[str, int], Point]]] = {name: [] for name in args.servers}
     try:
@@ -502,11 +626,11 @@ def main() -> None:
                 if args.rounds > 1:
                     print(f"round {round_index + 1}/{args.rounds}", end=": ", flush=True)
                 with server as urls:
-                    rounds[name].append(measure_server(name, urls, args, body, payload, script, expected))
+                    rounds[name].append(measure_server(name, urls, args, requests, script))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = {name: median_points(measured) for name, measured in rounds.items()}
-    print_table(results, args)
+    print_table(results, args, requests.label)
     print(f"total {time.perf_counter() - started:.0f} s")
 
 
