@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from triton_nb.errors import InternalError, UnavailableError
-from triton_nb.server.batcher import QueuePolicy, Scheduler, SchedulerSettings
+from triton_nb.server.batcher import WORKER_TIMER_SLACK_NS, QueuePolicy, Scheduler, SchedulerSettings
 from triton_nb.server.types import InferRequest, InferResponse
 
 
@@ -306,3 +307,23 @@ def test_instances_can_be_added_and_retired_live():
     assert len(retired) == 1 and scheduler.instance_count == 1
     assert submit(scheduler, request("still")).result(timeout=5).request_id == "still"
     scheduler.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is a Linux thread setting")
+def test_workers_ask_for_timed_waits_that_end_on_time():
+    import ctypes
+    import ctypes.util
+
+    prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+    pr_get_timerslack = 30
+    seen: list[int] = []
+
+    def backend(instance, requests):
+        seen.append(prctl(pr_get_timerslack, 0, 0, 0, 0))  # read on the worker thread that executes
+        return [InferResponse("m", 1, {"y": r.inputs["x"]}, r.request_id) for r in requests]
+
+    scheduler = Scheduler("m", 1, SchedulerSettings(max_batch_size=8, dynamic_batching=True), backend)
+    scheduler.add_instance(object(), "w0")
+    assert submit(scheduler, request("a")).result(timeout=30)
+    scheduler.stop()
+    assert seen == [WORKER_TIMER_SLACK_NS]

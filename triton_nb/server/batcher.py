@@ -32,8 +32,12 @@ Settings can change while serving (:meth:`Scheduler.update`) and apply from the 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -50,6 +54,30 @@ from triton_nb.server.types import InferRequest, InferResponse
 __all__ = ["BatchRunner", "Scheduler", "SchedulerSettings"]
 
 log = logging.getLogger(__name__)
+
+# Linux lets a timed wait end up to the thread's "timer slack" late, 50 µs by default: on top of
+# a max_queue_delay_microseconds of 100 that is half as much again, on every batch, in every step
+# of an ensemble. The batcher's workers ask for 1 µs (measured: the fraud ensemble at one request
+# in flight, p50 586 -> 486 µs).
+WORKER_TIMER_SLACK_NS = 1_000
+_PR_SET_TIMERSLACK = 29
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _tighten_timer_slack() -> None:
+    """Ask the OS to end this thread's timed waits on time (Linux; elsewhere nothing to do)."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_TIMERSLACK, WORKER_TIMER_SLACK_NS, 0, 0, 0)  # a refusal leaves the default: later, never wrong
 
 #: Runs one batch on one instance; returns one response per request (or raises).
 BatchRunner = Callable[[object, list[InferRequest]], list[InferResponse]]
@@ -367,6 +395,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ running
     def _work(self, worker: _Worker) -> None:
+        _tighten_timer_slack()
         while True:
             batch = self._next_batch(worker)
             if batch is None:
