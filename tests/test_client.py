@@ -17,7 +17,7 @@ from triton_nb import fraud
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from scale_models import GATED_MODEL, write_python_model
+from scale_models import write_gated_model, write_python_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,18 +73,6 @@ class TritonPythonModel:
                                                             .as_numpy() * 3)]) for r in requests]
 '''
 
-# scale_models' gated model (Y = 2 X, each batch held until the test opens the gate), with one
-# value per row so that a DataFrame column can feed it.
-GATED_CONFIG = """
-name: "gated"
-backend: "python"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
-
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
@@ -101,7 +89,7 @@ def small(tmp_path_factory):
 
 @pytest.fixture
 def gated(tmp_path):
-    folder = write_python_model(tmp_path, "gated", GATED_CONFIG, GATED_MODEL)
+    folder = write_gated_model(tmp_path, width=1)  # one value per row, so a DataFrame column feeds it
     server = triton_nb.serve(tmp_path)
     try:
         yield server, folder

@@ -229,7 +229,8 @@ def test_kind_gpu_needs_a_usable_gpu(exported, data):
     naming the model, when none is: never silently on the CPU. (Without onnxruntime-gpu the
     test above checks the load fails.)"""
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        pytest.skip("onnxruntime-gpu not installed: test_kind_gpu_without_onnxruntime_gpu_fails_naming_the_model")
+        pytest.skip("onnxruntime-gpu (the NVIDIA GPU build) is not installed; without it KIND_GPU is checked by "
+                    "test_kind_gpu_without_onnxruntime_gpu_fails_naming_the_model")
     if _onnxruntime_runs_on_cuda():
         backend = OnnxRuntimeBackend(_context(exported["proba"], kind="KIND_GPU"))
         assert backend._session.get_providers()[0] == "CUDAExecutionProvider"

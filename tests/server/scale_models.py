@@ -96,10 +96,10 @@ GATED_CONFIG = """
 name: "gated"
 backend: "python"
 max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
 """
 
 GATED_MODEL = '''
@@ -125,7 +125,8 @@ class TritonPythonModel:
 '''
 
 
-def write_gated_model(repo: Path) -> Path:
-    """The model 'gated'; the test opens its gate with ``(folder / "open").touch()``, and must do so
-    in any case before the server stops (a stop waits for the batch that is executing)."""
-    return write_python_model(repo, "gated", GATED_CONFIG, GATED_MODEL)
+def write_gated_model(repo: Path, width: int = 2) -> Path:
+    """The model 'gated' (``width`` values per row); the test opens its gate with
+    ``(folder / "open").touch()``, and must do so in any case before the server stops (a stop waits
+    for the batch that is executing)."""
+    return write_python_model(repo, "gated", GATED_CONFIG.format(width=width), GATED_MODEL)
