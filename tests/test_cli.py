@@ -78,8 +78,13 @@ def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path,
                  "throughput_vs_latency.png", "knob_heatmap.png", "latency_breakdown.png", "batch_sizes.png"):
         assert (report / name).stat().st_size > 0, name
     ranking = (report / "sweep_ranking.csv").read_text().splitlines()
-    assert len(ranking) == 1 + 6  # 3 delays x 2 instance counts
-    assert "Recommended:" in (report / "summary.md").read_text()
+    assert len(ranking) == 1 + 6 + 1  # 3 delays x 2 instance counts, and dynamic batching off
+    assert any(",dynamic batching off," in line for line in ranking)
+    summary = (report / "summary.md").read_text()
+    assert "Recommended:" in summary
+    gain = re.search(r"^dynamic batching gain: (\d+\.\d)x", summary, re.MULTILINE)
+    assert gain, summary  # the line is there and says a number, measured in this run
+    assert gain.group(0) in printed
 
 
 def test_export_and_validate(tmp_path, capsys):

@@ -311,3 +311,49 @@ def test_a_piece_not_answered_in_time_fails(gated):
     with pytest.raises(UnavailableError, match=r"model 'gated': 3 of 3 request\(s\).*rows 0-7, rows 8-15, "
                                                r"rows 16-19: model 'gated': no response within 0\.2 s"):
         server.client().infer_frame("gated", _xs(np.arange(20)), timeout_microseconds=200_000)
+
+
+def test_ainfer_wakes_the_loop_once_per_finished_batch_not_per_request(gated):
+    import asyncio
+
+    from triton_nb.client import _relay
+
+    server, folder = gated
+    client = server.client()
+
+    async def main():
+        first = asyncio.ensure_future(client.ainfer("gated", _xs(np.array([0.0]))))
+        await asyncio.to_thread(_until, lambda: (folder / "running").exists(), "the first batch started")
+        rest = [asyncio.ensure_future(client.ainfer("gated", _xs(np.array([float(i)])))) for i in range(1, 9)]
+        await asyncio.to_thread(_until, lambda: server.queue_depth("gated") == 8, "8 requests queued behind it")
+        relay = _relay(asyncio.get_running_loop())
+        before = relay.wakeups
+        (folder / "open").touch()  # the first batch (1 request) ends, then the 8 queued leave as one batch
+        results = await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+        return [r.as_numpy("Y").ravel().tolist() for r in results], relay.wakeups - before
+
+    answers, wakeups = asyncio.run(main())
+    assert answers == [[2.0 * i] for i in range(9)]
+    assert wakeups <= 2  # one hand-over per finished batch, where wrap_future would wake it 9 times
+
+
+def test_a_cancelled_ainfer_cancels_its_request(gated):
+    import asyncio
+
+    server, folder = gated
+    client = server.client()
+
+    async def main():
+        first = asyncio.ensure_future(client.ainfer("gated", _xs(np.array([1.0]))))
+        await asyncio.to_thread(_until, lambda: (folder / "running").exists(), "the first batch started")
+        queued = asyncio.ensure_future(client.ainfer("gated", _xs(np.array([2.0]))))
+        await asyncio.to_thread(_until, lambda: server.queue_depth("gated") == 1, "a request queued")
+        queued.cancel()
+        await asyncio.sleep(0)
+        (folder / "open").touch()
+        result = await asyncio.wait_for(first, 30)
+        return result.as_numpy("Y").ravel().tolist(), queued.cancelled()
+
+    assert asyncio.run(main()) == ([2.0], True)
+    _until(lambda: server.statistics("gated")["model_stats"][0]["inference_stats"]["fail"]["count"] == 1,
+           "the cancelled request counted as failed")

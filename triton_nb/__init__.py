@@ -14,7 +14,7 @@ from triton_nb.errors import (
     UnavailableError,
     UnsafeFileError,
 )
-from triton_nb.server.core import InferenceServer, serve
+from triton_nb.serving import InferenceServer, serve
 
 
 def load_ipython_extension(ipython: object) -> None:

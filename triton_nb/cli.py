@@ -438,7 +438,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import gc
     import signal
     import threading
 
@@ -467,10 +466,7 @@ def _serve(args: argparse.Namespace) -> int:
         network_model_control=args.model_control_mode == "explicit",
     )
     try:
-        # Everything loaded so far lives as long as the server: keep it out of the cyclic garbage
-        # collector's scans, whose full passes over a large heap are the worst latency outliers.
-        gc.collect()
-        gc.freeze()
+        # (the server froze what it loaded out of the garbage collector's full passes: freeze_gc)
         _print_model_table(server.repository_index())
         names = {"grpc": "GRPCInferenceService", "http": "HTTPService", "metrics": "Metrics Service"}
         for endpoint, address in server.endpoints.items():

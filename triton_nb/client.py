@@ -10,7 +10,9 @@ model's ``max_batch_size`` and sends the pieces together.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
@@ -35,7 +37,7 @@ from triton_nb.server.types import (
 )
 
 if TYPE_CHECKING:
-    from triton_nb.server.core import InferenceServer
+    from triton_nb.server.service import InferenceService
 
 __all__ = ["InProcessClient", "InferResult"]
 
@@ -140,9 +142,10 @@ def _version(model_version: str | int) -> int:
 
 
 class InProcessClient:
-    """Calls on an :class:`~triton_nb.server.core.InferenceServer` in this process."""
+    """Calls on an in-kernel server (:class:`~triton_nb.InferenceServer`, or any
+    :class:`~triton_nb.server.service.InferenceService`) in this process."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceService) -> None:
         self._server = server
 
     # ------------------------------------------------------------------ inference
@@ -426,7 +429,7 @@ class InProcessClient:
     async def ainfer(self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any) -> InferResult:
         """``await client.ainfer(...)``: the awaitable variant, for asyncio code."""
         pending = self.async_infer(model_name, inputs, **options)
-        return InferResult(await asyncio.wrap_future(pending._future))
+        return InferResult(await _relay(asyncio.get_running_loop()).attach(pending._future))
 
     # ------------------------------------------------------------------ the rest of the API
     def is_server_live(self) -> bool:
@@ -457,3 +460,61 @@ class InProcessClient:
 
     def get_model_repository_index(self) -> list[dict[str, str]]:
         return self._server.repository_index()
+
+
+class _LoopRelay:
+    """Hands finished requests to one asyncio loop, one wake-up for all that finish together.
+
+    A batch's requests finish one after another on the model's worker thread. Waking the loop for
+    each (as ``asyncio.wrap_future`` does: a ``call_soon_threadsafe`` and a write to its self-pipe
+    per request) costs a loop iteration per request; here the first of them schedules the hand-over
+    and the rest join it while it is pending, so a loop awaiting a batch of 64 wakes once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._finished: list[tuple[asyncio.Future, Future]] = []
+        self.wakeups = 0  # hand-overs scheduled (read by the tests)
+
+    def attach(self, future: Future) -> asyncio.Future:
+        """An asyncio future on this loop that follows ``future``; cancelling it cancels ``future``."""
+        waiter = self._loop.create_future()
+        waiter.add_done_callback(lambda w: future.cancel() if w.cancelled() else None)
+        future.add_done_callback(lambda f: self._arrived(waiter, f))
+        return waiter
+
+    def _arrived(self, waiter: asyncio.Future, finished: Future) -> None:
+        with self._lock:
+            first = not self._finished
+            self._finished.append((waiter, finished))
+        if first:
+            self.wakeups += 1
+            try:
+                self._loop.call_soon_threadsafe(self._hand_over)
+            except RuntimeError:  # the loop was closed: nobody awaits these any more
+                with self._lock:
+                    self._finished.clear()
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for waiter, future in finished:
+            if waiter.done():  # the awaiting task was cancelled
+                continue
+            if future.cancelled():
+                waiter.cancel()
+            elif future.exception() is not None:
+                waiter.set_exception(future.exception())
+            else:
+                waiter.set_result(future.result())
+
+
+_RELAYS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRelay] = weakref.WeakKeyDictionary()
+
+
+def _relay(loop: asyncio.AbstractEventLoop) -> _LoopRelay:
+    """The relay of ``loop`` (called on that loop's thread only)."""
+    relay = _RELAYS.get(loop)
+    if relay is None:
+        relay = _RELAYS[loop] = _LoopRelay(loop)
+    return relay

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 from scale_models import write_scale_model
 
+from triton_nb import serve
 from triton_nb.notebook import widgets as widgets_module
 from triton_nb.repository.config import load_config
-from triton_nb.server.core import serve
 from triton_nb.widgets import Tuner
 
 FAST = {"measurement_interval_ms": 150, "max_trials": 3}

@@ -8,10 +8,10 @@ import textwrap
 import numpy as np
 import pytest
 
+from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import measure
 from triton_nb.perf.inputs import request_inputs
-from triton_nb.server.core import serve
 
 VARIABLE = {"name": "ragged", "max_batch_size": 8, "input": [
     {"name": "X", "data_type": "TYPE_FP32", "dims": ["-1"]},

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
 from real_triton import RealTritonServer, tritonserver_unavailable_reason
 from scale_models import write_scale_model
 
+from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import load as load_module
 from triton_nb.perf import measure, write_perf_analyzer_csv
@@ -31,7 +32,6 @@ from triton_nb.perf.stats import (
     server_breakdown,
     summarize,
 )
-from triton_nb.server.core import serve
 
 MS = 1_000_000
 

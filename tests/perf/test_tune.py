@@ -14,13 +14,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
 from scale_models import write_scale_model
 
+from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import tune
 from triton_nb.perf.load import Target
 from triton_nb.perf.stats import Completions
 from triton_nb.perf.tune import config_with_knobs, knobs_of
 from triton_nb.repository.config import load_config
-from triton_nb.server.core import serve
 
 ORIGINAL = {"name": "m", "backend": "python", "max_batch_size": 16,
             "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2]}],
@@ -185,3 +185,63 @@ def test_a_config_parameter_knob_reloads_the_model_and_the_original_comes_back(t
         assert set(result.measurements["parameters.factor"]) == {"3", "5"}
         x = np.ones((1, 2), np.float32)
         assert server.client().infer("scale", {"X": x}).as_numpy("Y").tolist() == [[2.0, 2.0]]  # factor 2 again
+
+
+CHAIN = """
+name: "chain"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [
+  { model_name: "a" model_version: -1 input_map { key: "X" value: "X" } output_map { key: "Y" value: "T" } },
+  { model_name: "b" model_version: -1 input_map { key: "X" value: "T" } output_map { key: "Y" value: "Y" } }
+] }
+"""
+
+
+def test_composing_models_tuned_together_against_a_no_batching_baseline(tmp_path):
+    write_scale_model(tmp_path, name="a", factor=2.0)
+    write_scale_model(tmp_path, name="b", factor=3.0)
+    (tmp_path / "chain" / "1").mkdir(parents=True)
+    (tmp_path / "chain" / "config.pbtxt").write_text(CHAIN)
+    with serve(tmp_path) as server:
+        assert server.wait_warm("chain", timeout_s=30)
+        seen = []
+
+        def during(point):  # what the server ran while each point was measured
+            seen.append((point["config"], [server.model_config(m).HasField("dynamic_batching") for m in "ab"],
+                         [server.model_config(m).dynamic_batching.max_queue_delay_microseconds for m in "ab"]))
+
+        result = tune(server, "chain", {"max_queue_delay_microseconds": [0, 300]}, tuned_model=["a", "b"],
+                      no_batching_baseline=True, concurrency_range=[1, 4], measurement_interval_ms=100,
+                      max_trials=3, progress=False, on_point=during, input_data="zero")
+        for model in "ab":  # both restored, batcher on, with their own delay
+            assert server.model_config(model).dynamic_batching.max_queue_delay_microseconds == 2000
+        assert server.client().infer("chain", {"X": np.ones((1, 2), np.float32)}).as_numpy("Y").tolist() == [[6, 6]]
+    assert seen[0][0] == "dynamic batching off" and seen[0][1] == [False, False]  # measured first
+    assert {label: delays for label, on, delays in seen if on == [True, True]} == {
+        "delay_us=0": [0, 0], "delay_us=300": [300, 300]}
+    assert set(result.ranking["config"]) == {"dynamic batching off", "delay_us=0", "delay_us=300"}
+    ranking = result.ranking.set_index("config")
+    expected = ranking.iloc[0]["throughput_infer_per_sec"] / ranking.loc["dynamic batching off",
+                                                                      "throughput_infer_per_sec"]
+    assert result.batching_gain == pytest.approx(expected)
+    assert result.recommended is not None and all(v == v for v in result.recommended.values())  # no NaN knobs
+    if result.recommended == {"dynamic_batching": False}:
+        assert "dynamic_batching" not in result.recommended_config
+    else:
+        assert set(result.recommended) == {"max_queue_delay_microseconds"}
+
+
+def test_the_no_batching_knob_writes_a_config_without_dynamic_batching():
+    assert "dynamic_batching" not in config_with_knobs(ORIGINAL, {"dynamic_batching": False})
+    assert knobs_of(config_with_knobs(ORIGINAL, {"dynamic_batching": False}), ["dynamic_batching"]) == {
+        "dynamic_batching": False}
+    assert knobs_of(ORIGINAL, ["dynamic_batching"]) == {"dynamic_batching": True}
+
+
+def test_a_no_batching_baseline_needs_models_that_batch(tmp_path):
+    write_scale_model(tmp_path, max_batch_size=0, extra="")
+    with serve(tmp_path) as server, pytest.raises(InvalidArgumentError, match="scale do not batch"):
+        tune(server, "scale", {"instance_count": [1]}, no_batching_baseline=True, **FAST)

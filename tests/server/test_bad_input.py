@@ -25,7 +25,7 @@ from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
 from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS
 from triton_nb.repository import export_fraud_repository
-from triton_nb.server.core import _check_request
+from triton_nb.server.checks import _check_request
 from triton_nb.server.types import InferRequest, numpy_to_triton_dtype, text_to_bytes
 
 MAX_STRING_BYTES = 4096

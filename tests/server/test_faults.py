@@ -23,9 +23,9 @@ import tritonclient.http as httpclient
 from scale_models import SCALE_CONFIG, write_gated_model, write_python_model, write_scale_model
 from tritonclient.utils import InferenceServerException
 
+from triton_nb import InferenceServer, serve
 from triton_nb.errors import TritonNBError, wire_status
 from triton_nb.repository import export_fraud_repository, export_tree_model
-from triton_nb.server.core import InferenceServer, serve
 
 PATHS = ("in-process", "http", "grpc")
 # How each path reports a status: the in-process error's gRPC code name, the HTTP status, the gRPC status.

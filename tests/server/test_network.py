@@ -27,8 +27,8 @@ from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, w
 from serve_cli import start_serve
 from tritonclient.utils import InferenceServerException
 
+from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, UnavailableError
-from triton_nb.server.core import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60  # the longest any wait may take: it only keeps a broken server from hanging the suite

@@ -35,9 +35,9 @@ from serve_cli import start_serve
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from triton_nb import InferenceServer, serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server import network
-from triton_nb.server.core import InferenceServer, serve
 from triton_nb.server.http import MAX_HEAD_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]

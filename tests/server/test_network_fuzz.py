@@ -31,7 +31,7 @@ from scale_models import write_scale_model
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb.server.core import serve
+from triton_nb import serve
 
 MAX_BODY = 1 << 20
 INFER = "/v2/models/scale/infer"

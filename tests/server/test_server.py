@@ -14,7 +14,9 @@ from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, w
 
 import triton_nb
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from triton_nb.server.core import InferenceServer, serve
+from triton_nb.server.core import Server
+from triton_nb.server.service import InferenceService
+from triton_nb.serving import InferenceServer, serve
 
 
 def x(rows: int = 1) -> np.ndarray:
@@ -189,7 +191,7 @@ def test_live_batching_knobs(repo):
         knobs = server.update_batching("scale", max_queue_delay_microseconds=500, preferred_batch_size=[2, 4],
                                        max_batch_size=4, instance_count=3)
         assert knobs == {"max_batch_size": 4, "max_queue_delay_microseconds": 500, "preferred_batch_size": [2, 4],
-                         "preserve_ordering": False, "instance_count": 3}
+                         "preserve_ordering": False, "dynamic_batching": True, "instance_count": 3}
         config = server.client().get_model_config("scale")
         assert config["dynamic_batching"]["preferred_batch_size"] == [2, 4]
         assert config["instance_group"][0]["count"] == 3
@@ -203,6 +205,47 @@ def test_live_batching_knobs(repo):
         assert server.client().infer("scale", {"X": x(4)}).as_numpy("Y").shape == (4, 2)
         with pytest.raises(InvalidArgumentError, match="batch-size must be <= 4 for 'scale'"):
             server.client().infer("scale", {"X": x(5)})  # the live max_batch_size is 4 now... and the config's 8
+
+
+def _batch_sizes_of(server, model: str, requests: int) -> dict[int, int]:
+    """Executions by batch size for ``requests`` one-row requests sent together."""
+    before = {b["batch_size"]: b["compute_infer"]["count"]
+              for b in server.statistics(model)["model_stats"][0]["batch_stats"]}
+    futures = [server.client().async_infer(model, {"X": x()}) for _ in range(requests)]
+    for future in futures:
+        future.get_result(timeout=30)
+    after = {b["batch_size"]: b["compute_infer"]["count"]
+             for b in server.statistics(model)["model_stats"][0]["batch_stats"]}
+    return {size: count - before.get(size, 0) for size, count in after.items() if count - before.get(size, 0)}
+
+
+def test_dynamic_batching_turns_off_and_on_live(tmp_path):
+    # a long delay and a preferred size of 4: with the batcher on, 4 requests sent together leave as one batch
+    write_scale_model(tmp_path, extra="dynamic_batching { max_queue_delay_microseconds: 2000000 "
+                                      "preferred_batch_size: [ 4 ] }")
+    with serve(tmp_path) as server:
+        assert _batch_sizes_of(server, "scale", 4) == {4: 1}
+        knobs = server.update_batching("scale", dynamic_batching=False)
+        assert knobs["dynamic_batching"] is False
+        assert not server.model_config("scale").HasField("dynamic_batching")  # as Triton shows a config without it
+        assert _batch_sizes_of(server, "scale", 4) == {1: 4}  # the default scheduler: one request per execution
+        server.update_batching("scale", dynamic_batching=True)
+        assert server.model_config("scale").dynamic_batching.preferred_batch_size == [4]  # the knobs it had
+        assert _batch_sizes_of(server, "scale", 4) == {4: 1}
+
+
+def test_dynamic_batching_cannot_be_turned_on_for_a_model_that_does_not_batch(tmp_path):
+    write_scale_model(tmp_path, max_batch_size=0, extra="")
+    with serve(tmp_path) as server, pytest.raises(InvalidArgumentError, match="'scale' does not batch"):
+        server.update_batching("scale", dynamic_batching=True)
+
+
+def test_wait_warm_of_a_python_model_is_immediate(tmp_path):
+    write_scale_model(tmp_path, count=2)
+    with serve(tmp_path) as server:
+        assert server.wait_warm("scale", timeout_s=10)
+        with pytest.raises(NotFoundError, match="'nope' is not found"):
+            server.wait_warm("nope")
 
 
 @pytest.mark.parametrize(
@@ -292,6 +335,14 @@ def test_stop_answers_or_fails_in_flight_requests_promptly(tmp_path):
 def test_public_api():
     assert callable(triton_nb.serve)
     assert triton_nb.InferenceServer is InferenceServer
+    assert issubclass(InferenceServer, Server)
+
+
+def test_the_public_server_is_the_engine_behind_the_service_interface(repo):
+    with serve(repo) as server:
+        assert isinstance(server, InferenceServer) and isinstance(server, InferenceService)
+        assert server.client().is_model_ready("scale")
+        assert b"nv_inference_request_success" in server.metrics_text()
 
 
 BLS_CONFIG = """

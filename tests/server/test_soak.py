@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from triton_nb import serve
 from triton_nb.perf.inputs import request_inputs
 from triton_nb.perf.load import InProcessLoad, NetworkLoad
 from triton_nb.repository import export_fraud_repository
-from triton_nb.server.core import serve
 
 RSS_BOUND_MB = 64
 

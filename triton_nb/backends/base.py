@@ -71,5 +71,11 @@ class Backend(ABC):
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         """Answer a batch: one response per request, in order (None when decoupled)."""
 
+    def wait_warm(self, timeout_s: float | None = None) -> bool:
+        """Wait until the instance serves at its steady speed (a backend that builds a faster
+        engine in the background after the load, as FIL's compiled library, finishes it);
+        True when it does. Most backends are warm once loaded."""
+        return True
+
     def finalize(self) -> None:  # noqa: B027 - optional hook, like Triton's finalize
         """Release what the instance holds; called once when the version unloads."""

@@ -1335,6 +1335,11 @@ class FilBackend(Backend):
         finished = self._compile_done.wait(timeout)
         return finished and self.compile_state == "ready"
 
+    def wait_warm(self, timeout_s: float | None = None) -> bool:
+        """Warm when the background compilation has ended, whichever way: a failed or disabled
+        compile leaves the interpreted engines, which is this instance's steady speed."""
+        return self._compile_done.wait(timeout_s)
+
     # ------------------------------------------------------------------ serving
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:

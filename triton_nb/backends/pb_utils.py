@@ -679,8 +679,8 @@ class InferenceRequest:
             flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
         self._flags = flags
         self._timeout = request.timeout_microseconds
-        user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}
-        self._parameters = json.dumps(user, default=str)
+        user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS} if params else None
+        self._parameters = json.dumps(user, default=str) if user else "{}"
         self._preferred_memory = None
         self._trace = InferenceTrace()
         self._server_request = request

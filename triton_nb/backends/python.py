@@ -67,8 +67,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
@@ -559,19 +557,18 @@ class PythonBackend(Backend):
     def _convert(self, request: InferRequest, response: pb_utils.InferenceResponse) -> InferResponse:
         """A pb_utils response as the server's InferResponse (BYTES as object arrays of bytes)."""
         out = InferResponse(model_name=self.name, model_version=self.context.version, request_id=request.request_id)
-        with contextlib.suppress(ValueError, TypeError):
-            out.parameters = json.loads(response.parameters())
+        parameters = response.parameters()
+        if parameters != "{}":  # most responses have none: skip the JSON round trip
+            with contextlib.suppress(ValueError, TypeError):
+                out.parameters = json.loads(parameters)
         error = response.error()
         if error is not None:
             # the model's own words reach the client unchanged, as in Triton
             out.error = pb_utils._error_class(error.code())(error.message())
             return out
-        wanted = set(request.requested_outputs) if request.requested_outputs is not None else None
-        outputs: dict[str, np.ndarray] = {}
-        for tensor in response.output_tensors():
-            if wanted is None or tensor.name() in wanted:
-                outputs[tensor.name()] = tensor._server_array()
-        out.outputs = outputs
+        wanted = request.requested_outputs
+        out.outputs = {tensor._name: tensor._server_array() for tensor in response.output_tensors()
+                       if wanted is None or tensor._name in wanted}
         return out
 
     def _close_senders(self, wrapped: list[pb_utils.InferenceRequest]) -> None:

@@ -171,7 +171,9 @@ class _InKernel:
         return self.server.statistics()
 
     def infer(self, model: str, version: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict:
-        result = self.server.client().infer(model, arrays, model_version=version)
+        from triton_nb.client import InProcessClient
+
+        result = InProcessClient(self.server).infer(model, arrays, model_version=version)
         return dict(result.response.outputs)
 
     def close(self) -> None:
@@ -255,13 +257,13 @@ class TritonMagics(Magics):
 
     # ------------------------------------------------------------------ helpers
     def _server(self) -> Any:
-        from triton_nb.server.core import InferenceServer
+        from triton_nb.server.core import Server
 
         if self.server_variable:
             if self.server_variable not in self.shell.user_ns:
                 raise _usage(f"TritonMagics.server_variable names '{self.server_variable}', which is not defined")
             server = self.shell.user_ns[self.server_variable]
-            if not isinstance(server, InferenceServer):
+            if not isinstance(server, Server):  # the engine will do: the magics need no client() or tune()
                 raise _usage(f"'{self.server_variable}' is a {type(server).__name__}, not an InferenceServer")
             return server
         if self.server is None:
@@ -330,7 +332,7 @@ class TritonMagics(Magics):
             raise _usage(exc) from None
 
     def _triton_start(self, args: Any) -> Any:
-        from triton_nb.server.core import serve
+        from triton_nb.serving import serve
 
         if self.server is not None:
             raise _usage("a server is already running: %triton stop first")

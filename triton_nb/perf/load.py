@@ -1,8 +1,9 @@
 """Load generation, and what a measurement talks to.
 
-A :class:`Target` is a server to measure: the in-kernel :class:`~triton_nb.server.core.InferenceServer`
-(in-process calls, or its own HTTP/gRPC endpoints) or any KServe v2 server by URL, real Triton
-included. It gives the model's config and statistics and makes loads.
+A :class:`Target` is a server to measure: the in-kernel server (any
+:class:`~triton_nb.server.service.InferenceService`: in-process calls, or its own HTTP/gRPC
+endpoints) or any KServe v2 server by URL, real Triton included. It gives the model's config and
+statistics and makes loads.
 
 A load keeps requests going — ``concurrency`` in flight (closed loop) or ``request_rate`` per second
 (open loop, constant or Poisson arrivals) — and hands over what completed since it was last asked.
@@ -23,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +32,8 @@ from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import _loadgen
 from triton_nb.perf.inputs import encode_grpc, encode_http
 from triton_nb.perf.stats import Completions
+from triton_nb.server.service import InferenceService
 from triton_nb.server.types import InferRequest
-
-if TYPE_CHECKING:
-    from triton_nb.server.core import InferenceServer
 
 __all__ = ["InProcessLoad", "NetworkLoad", "RemoteTarget", "ServerTarget", "Target", "make_target"]
 
@@ -66,7 +65,7 @@ class InProcessLoad:
     flight by completion callbacks (no thread per request: the load must not cost the server its
     GIL), or an open loop paced by a scheduler thread."""
 
-    def __init__(self, server: InferenceServer, model: str, requests: list[dict[str, np.ndarray]], *,
+    def __init__(self, server: InferenceService, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
                  distribution: str = "constant", seed: int = 0) -> None:
         if (concurrency is None) == (request_rate is None):
@@ -256,7 +255,7 @@ class Target:
 class ServerTarget(Target):
     """The in-kernel server, in-process or through its own HTTP/gRPC endpoints."""
 
-    def __init__(self, server: InferenceServer, protocol: str = "inprocess") -> None:
+    def __init__(self, server: InferenceService, protocol: str = "inprocess") -> None:
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if protocol != "inprocess" and protocol not in server.endpoints:
@@ -317,8 +316,6 @@ def make_target(target: Any, protocol: str | None = None) -> Target:
         return target
     if isinstance(target, str):
         return RemoteTarget(target, protocol or "http")
-    from triton_nb.server.core import InferenceServer
-
-    if isinstance(target, InferenceServer):
+    if isinstance(target, InferenceService):
         return ServerTarget(target, protocol or "inprocess")
     raise InvalidArgumentError(f"measure an InferenceServer or a 'host:port' URL, got {type(target).__name__}")

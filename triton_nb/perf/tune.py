@@ -10,7 +10,16 @@ constraints. The original config is restored at the end, also on error or interr
 measured is kept.
 
 Knobs: ``max_batch_size``, ``max_queue_delay_microseconds``, ``preferred_batch_size`` (a tuple per
-value), ``instance_count``, and any ``parameters.<key>`` (FIL engine parameters, for instance).
+value), ``instance_count``, ``dynamic_batching`` (True/False: the dynamic batcher on, or Triton's
+default scheduler, one request per execution), and any ``parameters.<key>`` (FIL engine parameters,
+for instance).
+
+An ensemble's composing models can be tuned together (``tuned_model=["preprocessing", "fil"]``: each
+candidate's knob values apply to every one of them), as Model Analyzer searches an ensemble's
+composing models. ``no_batching_baseline=True`` also measures the tuned models with dynamic batching
+off (config "dynamic batching off"), ranked with the others, and :attr:`TuneResult.batching_gain`
+says what batching bought: the recommended config's throughput within the constraints over the
+baseline's, from the same run.
 """
 
 from __future__ import annotations
@@ -30,18 +39,22 @@ from triton_nb.perf.load import Target, make_target
 from triton_nb.perf.measure import measure
 from triton_nb.perf.stats import parse_range
 
-__all__ = ["BATCHING_KNOBS", "TuneResult", "config_label", "config_with_knobs", "tune"]
+__all__ = ["BATCHING_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "TuneResult", "config_label", "config_with_knobs", "tune"]
 
 BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
+# Knobs the in-kernel server changes live, without a reload.
+LIVE_KNOBS = (*BATCHING_KNOBS, "dynamic_batching")
 _SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
-          "instance_count": "instances"}
+          "instance_count": "instances", "dynamic_batching": "batching"}
+#: The label of the baseline config that ``no_batching_baseline`` adds.
+NO_BATCHING = "dynamic batching off"
 EARLY_STOP_STEPS = 4
 EARLY_STOP_GAIN = 0.05
 
 
 def _check_knob(name: str) -> None:
-    if name not in BATCHING_KNOBS and not name.startswith("parameters."):
-        raise InvalidArgumentError(f"unknown knob '{name}': use {', '.join(BATCHING_KNOBS)} or parameters.<key>")
+    if name not in LIVE_KNOBS and not name.startswith("parameters."):
+        raise InvalidArgumentError(f"unknown knob '{name}': use {', '.join(LIVE_KNOBS)} or parameters.<key>")
 
 
 def config_with_knobs(config: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +64,11 @@ def config_with_knobs(config: dict[str, Any], knobs: dict[str, Any]) -> dict[str
         _check_knob(name)
         if name == "max_batch_size":
             out["max_batch_size"] = int(value)
+        elif name == "dynamic_batching":
+            if not value:
+                out.pop("dynamic_batching", None)
+            else:
+                out.setdefault("dynamic_batching", {})
         elif name == "max_queue_delay_microseconds":
             out.setdefault("dynamic_batching", {})["max_queue_delay_microseconds"] = int(value)
         elif name == "preferred_batch_size":
@@ -72,6 +90,8 @@ def knobs_of(config: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     for name in names:
         if name == "max_batch_size":
             values[name] = int(config.get("max_batch_size", 0))
+        elif name == "dynamic_batching":
+            values[name] = "dynamic_batching" in config
         elif name == "max_queue_delay_microseconds":
             values[name] = int(batching.get("max_queue_delay_microseconds", 0))
         elif name == "preferred_batch_size":
@@ -85,6 +105,9 @@ def knobs_of(config: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
 
 def config_label(knobs: dict[str, Any]) -> str:
     """A short label of knob values: ``delay_us=100 instances=2``."""
+    if knobs.get("dynamic_batching") is False:
+        rest = {k: v for k, v in knobs.items() if k != "dynamic_batching"}
+        return " ".join([NO_BATCHING, *([config_label(rest)] if rest else [])])
     parts = []
     for name, value in knobs.items():
         short = _SHORT.get(name, name.removeprefix("parameters."))
@@ -104,6 +127,9 @@ class TuneResult:
     original_config: dict[str, Any]
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    #: the recommended config's throughput over the "dynamic batching off" baseline's (both the
+    #: best point within the constraints); None without a baseline or when either has no such point
+    batching_gain: float | None = None
 
     def write_config(self, path: str | Path) -> Path:
         """Write the recommended config as ``config.pbtxt`` (a folder means ``<folder>/config.pbtxt``)."""
@@ -141,14 +167,18 @@ class _Applier:
 
         if isinstance(self.target, ServerTarget):
             server = self.target.server
-            others = {k: v for k, v in knobs.items() if k not in BATCHING_KNOBS}
+            others = {k: v for k, v in knobs.items() if k not in LIVE_KNOBS}
             if others:
                 current = knobs_of(self.target.config(self.model), list(others))
                 if current != others:
                     server.load_model(self.model, config=config_with_knobs(self.original, knobs))
                     self._reloaded = True
             batching = {k: (list(v) if k == "preferred_batch_size" else v)
-                        for k, v in knobs.items() if k in BATCHING_KNOBS}
+                        for k, v in knobs.items() if k in LIVE_KNOBS}
+            if "dynamic_batching" not in batching and "dynamic_batching" in self.original:
+                batching["dynamic_batching"] = True  # a baseline measured before may have turned it off
+            if batching.get("dynamic_batching") is False:
+                batching = {k: v for k, v in batching.items() if k in ("dynamic_batching", "instance_count")}
             if batching:
                 server.update_batching(self.model, **batching)
         elif hasattr(self.target, "load_config"):
@@ -166,9 +196,12 @@ class _Applier:
             values = knobs_of(self.original, BATCHING_KNOBS)
             if self.original.get("max_batch_size", 0) > 0 and "dynamic_batching" in self.original:
                 self.target.server.update_batching(
-                    self.model, max_batch_size=values["max_batch_size"],
+                    self.model, dynamic_batching=True, max_batch_size=values["max_batch_size"],
                     max_queue_delay_microseconds=values["max_queue_delay_microseconds"],
                     preferred_batch_size=list(values["preferred_batch_size"]), instance_count=values["instance_count"])
+            elif self.original.get("max_batch_size", 0) > 0:
+                self.target.server.update_batching(self.model, dynamic_batching=False,
+                                                   instance_count=values["instance_count"])
             else:
                 self.target.server.update_batching(self.model, instance_count=values["instance_count"])
         elif hasattr(self.target, "load_config"):
@@ -197,7 +230,7 @@ def tune(
     knobs: dict[str, Sequence[Any]],
     *,
     concurrency_range: str | Sequence[int] = "1:32:1",
-    tuned_model: str | None = None,
+    tuned_model: str | Sequence[str] | None = None,
     search: str = "brute",
     latency_budget_ms: float | None = None,
     min_throughput: float | None = None,
@@ -212,14 +245,17 @@ def tune(
     progress: bool = True,
     write_config: str | Path | None = None,
     on_point: Callable[[dict[str, Any]], None] | None = None,
+    no_batching_baseline: bool = False,
 ) -> TuneResult:
     """Search ``knobs`` (name -> candidate values) for the config of ``tuned_model`` (default
-    ``model``; for an ensemble, name a composing model) that serves ``model`` best; see the module.
+    ``model``; for an ensemble, name one composing model or a list of them, which then take the same
+    values) that serves ``model`` best; see the module.
 
     ``search``: "brute" (every combination) or "quick" (hill climbing from the first values: move
     to the best neighbouring config while it improves). Constraints: ``latency_budget_ms`` on the
     ``latency_percentile`` latency, and ``min_throughput`` (infer/s). ``on_point`` is called with
-    each measured point (the tuning panel's live plot).
+    each measured point (the tuning panel's live plot). ``no_batching_baseline``: measure the tuned
+    models with dynamic batching off too, first (see :attr:`TuneResult.batching_gain`).
     """
     if not knobs:
         raise InvalidArgumentError("give at least one knob to vary")
@@ -234,7 +270,15 @@ def tune(
     levels = [int(c) for c in parse_range(concurrency_range, "concurrency_range")]
     latency_column = f"latency_p{latency_percentile}_us"
     resolved = make_target(target, protocol)
-    applier = _Applier(resolved, tuned_model or model)
+    tuned = [tuned_model or model] if tuned_model is None or isinstance(tuned_model, str) else list(tuned_model)
+    if not tuned:
+        raise InvalidArgumentError("tuned_model: name at least one model")
+    appliers = [_Applier(resolved, name) for name in tuned]
+    if no_batching_baseline:
+        unbatched = [a.model for a in appliers if a.original.get("max_batch_size", 0) <= 0]
+        if unbatched:
+            raise InvalidArgumentError(f"no_batching_baseline: model(s) {', '.join(unbatched)} do not batch "
+                                       "(max_batch_size 0): there is no dynamic batching to turn off")
     budget_us = None if latency_budget_ms is None else latency_budget_ms * 1e3
     points: list[dict[str, Any]] = []
     measured: dict[tuple, float] = {}
@@ -244,13 +288,17 @@ def tune(
         from tqdm.auto import tqdm
 
         total = math.prod(len(g) for g in grids) if search == "brute" else None
-        bar = tqdm(total=total, desc=f"tuning {tuned_model or model}", unit="config")
+        if total is not None:
+            total += no_batching_baseline
+        bar = tqdm(total=total, desc=f"tuning {', '.join(tuned)}", unit="config")
 
-    def evaluate(index: tuple[int, ...]) -> float:
+    def evaluate(index: tuple[int, ...] | None) -> float:
         if index in measured:
             return measured[index]
-        values = {name: grids[i][k] for i, (name, k) in enumerate(zip(names, index, strict=True))}
-        applier.apply(values)
+        values = ({"dynamic_batching": False} if index is None else
+                  {name: grids[i][k] for i, (name, k) in enumerate(zip(names, index, strict=True))})
+        for applier in appliers:
+            applier.apply(values)
         config_points = []
         for level in levels:
             frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
@@ -276,6 +324,8 @@ def tune(
         return score
 
     try:
+        if no_batching_baseline:
+            evaluate(None)
         if search == "brute":
             for index in itertools.product(*(range(len(g)) for g in grids)):
                 evaluate(index)
@@ -299,14 +349,22 @@ def tune(
     finally:
         if bar is not None:
             bar.close()
-        applier.restore()
-    return _result(points, names, objective, budget_us, min_throughput, latency_column, applier.original,
+        for applier in reversed(appliers):
+            applier.restore()
+    if no_batching_baseline and "dynamic_batching" not in names:
+        names = [*names, "dynamic_batching"]
+    return _result(points, names, objective, budget_us, min_throughput, latency_column, appliers[0].original,
                    interrupted, write_config)
 
 
 def _plain(value: Any) -> Any:
     """numpy scalars as Python values (they go into JSON configs and user-facing dicts)."""
     return value.item() if hasattr(value, "item") else value
+
+
+def _missing(value: Any) -> bool:
+    """A knob a config did not set: the baseline sets only ``dynamic_batching``, the others not it."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _feasible(frame: pd.DataFrame, budget_us: float | None, min_throughput: float | None,
@@ -345,11 +403,19 @@ def _result(points: list[dict[str, Any]], names: list[str], objective: Any, budg
     recommended_config = None
     notes = []
     if ranking.iloc[0]["feasible"]:
-        recommended = {n: _plain(ranking.iloc[0][n]) for n in names}
+        recommended = {n: _plain(ranking.iloc[0][n]) for n in names if not _missing(ranking.iloc[0][n])}
         recommended_config = config_with_knobs(original, recommended)
     else:
         notes.append("no config met the constraints")
-    result = TuneResult(measurements, ranking, recommended, recommended_config, original, interrupted, notes)
+    gain = None
+    baseline = ranking[ranking["config"] == NO_BATCHING]
+    if not baseline.empty and recommended is not None:
+        if baseline.iloc[0]["feasible"] and baseline.iloc[0]["throughput_infer_per_sec"] > 0:
+            gain = float(ranking.iloc[0]["throughput_infer_per_sec"] / baseline.iloc[0]["throughput_infer_per_sec"])
+        else:
+            notes.append(f"'{NO_BATCHING}' met no constraint: no batching gain to state")
+    result = TuneResult(measurements, ranking, recommended, recommended_config, original, interrupted, notes,
+                        batching_gain=gain)
     if write_config is not None and recommended_config is not None:
         result.write_config(write_config)
     return result

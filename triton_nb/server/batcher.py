@@ -79,6 +79,8 @@ def _tighten_timer_slack() -> None:
     if prctl is not None:
         prctl(_PR_SET_TIMERSLACK, WORKER_TIMER_SLACK_NS, 0, 0, 0)  # a refusal leaves the default: later, never wrong
 
+_MAX_SIGNATURES = 1024
+
 #: Runs one batch on one instance; returns one response per request (or raises).
 BatchRunner = Callable[[object, list[InferRequest]], list[InferResponse]]
 
@@ -185,6 +187,11 @@ class Scheduler:
         self._former: _Worker | None = None  # the worker whose turn it is to form a batch
         self._queues: dict[int, deque[_Pending]] = {}
         self._delayed: deque[_Pending] = deque()
+        # Kept with the queues so that enqueue decides in O(1) whether a batch may be full, and a
+        # worker skips the timeout scan when no queued request has a deadline.
+        self._queued_rows = 0
+        self._signatures: dict[tuple, tuple] = {}
+        self._with_deadline = 0
         self._workers: list[_Worker] = []
         self._sequence = itertools.count()
         self._stopping = False
@@ -213,6 +220,11 @@ class Scheduler:
         with self._cond:
             self._workers = [w for w in self._workers if w not in leaving]
         return [w.instance for w in leaving]
+
+    def instances(self) -> list[object]:
+        """The backend objects of the instances serving now."""
+        with self._cond:
+            return [w.instance for w in self._workers if not w.retire]
 
     @property
     def instance_count(self) -> int:
@@ -252,9 +264,11 @@ class Scheduler:
 
     def enqueue(self, request: InferRequest, future: Future) -> None:
         settings = self._settings
-        rows = request.batch_size(settings.max_batch_size > 0)
-        shapes = tuple(sorted((name, array.shape[1:] if settings.max_batch_size > 0 else array.shape)
-                              for name, array in request.inputs.items()))
+        rows, shapes = _signature(request, settings.max_batch_size > 0)
+        # one tuple per distinct signature, so that forming a batch compares by identity
+        shapes = self._signatures.setdefault(shapes, shapes)
+        if len(self._signatures) > _MAX_SIGNATURES:  # variable dims: do not grow without bound
+            self._signatures.clear()
         with self._cond:
             if self._stopping:
                 raise UnavailableError(f"model '{self.model_name}' is unloading; request not accepted")
@@ -270,42 +284,46 @@ class Scheduler:
             if policy.allow_timeout_override and request.timeout_microseconds:
                 timeout = request.timeout_microseconds
             deadline = request.arrival_ns + timeout * 1000 if timeout else 0
-            was_empty = not self._delayed and not any(self._queues.values())
+            was_empty = self._queued_rows == 0
+            head = None if was_empty else self._head()
             queue.append(_Pending(request, future, rows, shapes, deadline, next(self._sequence)))
+            self._queued_rows += rows
+            if deadline:
+                self._with_deadline += 1
             # Wake the worker forming a batch only when this request can change its decision: the
-            # first request (it sleeps on an empty queue), a deadline, or a batch that may now be
-            # full. Otherwise it wakes at its delay anyway, and a wake-up per request costs a thread
+            # first request (it sleeps on an empty queue), a deadline, a request that cannot join
+            # the batch being formed (that batch is due), or a batch that may now be full.
+            # Otherwise it wakes at its delay anyway, and a wake-up per request costs a thread
             # switch per request under load.
-            if was_empty or deadline or self._may_be_full(settings, shapes):
+            if (was_empty or deadline or not settings.dynamic_batching or settings.max_batch_size == 0
+                    or (head is not None and head.shapes != shapes)
+                    or self._queued_rows >= min(settings.targets())):
                 self._cond.notify_all()
 
-    def _may_be_full(self, settings: SchedulerSettings, shapes: tuple) -> bool:
-        if not settings.dynamic_batching or settings.max_batch_size == 0:
-            return True
-        first = min(settings.targets())
-        rows = 0
-        for queue in (*self._queues.values(), self._delayed):
-            for pending in queue:
-                if pending.shapes != shapes:  # a request that cannot join: the batch before it is due
-                    return True
-                rows += pending.rows
-                if rows >= first:
-                    return True
-        return False
+    def _head(self) -> _Pending | None:
+        """The request a batch would start with (under _cond)."""
+        for level in sorted(self._queues):
+            if self._queues[level]:
+                return self._queues[level][0]
+        return self._delayed[0] if self._delayed else None
 
     def _expire(self, now: int) -> None:
         """Apply the timeout action to queued requests past their deadline (under _cond)."""
+        if not self._with_deadline:
+            return
         for level, queue in self._queues.items():
             if not any(p.deadline_ns and p.deadline_ns <= now for p in queue):
                 continue
             keep: deque[_Pending] = deque()
             for pending in queue:
                 if pending.deadline_ns and pending.deadline_ns <= now:
+                    self._with_deadline -= 1
                     if self._settings.policy(level).delay_on_timeout:
                         pending.delayed = True
                         pending.deadline_ns = 0
                         self._delayed.append(pending)
                     else:
+                        self._queued_rows -= pending.rows
                         _fail(pending, UnavailableError(
                             f"Request timeout expired: model '{self.model_name}' did not start the request "
                             "within its timeout"))
@@ -321,6 +339,18 @@ class Scheduler:
         return ordered
 
     def _take(self, chosen: list[_Pending]) -> None:
+        self._queued_rows -= sum(p.rows for p in chosen)
+        self._with_deadline -= sum(1 for p in chosen if p.deadline_ns)
+        # A batch is nearly always the front of one queue, in order: pop it. Otherwise (it spans
+        # priority levels or the delayed requests) rebuild the queues without it.
+        for level in sorted(self._queues):
+            queue = self._queues[level]
+            if queue:
+                if len(queue) >= len(chosen) and all(queue[i] is p for i, p in enumerate(chosen)):
+                    for _ in chosen:
+                        queue.popleft()
+                    return
+                break
         ids = {id(p) for p in chosen}
         for level in self._queues:
             self._queues[level] = deque(p for p in self._queues[level] if id(p) not in ids)
@@ -365,28 +395,33 @@ class Scheduler:
                 _fail(first, InvalidArgumentError(
                     f"model '{self.model_name}': batch size {first.rows} is above max_batch_size {limit}"))
                 continue
-            prefix: list[_Pending] = []
-            rows = 0
+            # One pass over the queue (this runs at every wake-up, with the lock held): the
+            # prefix that can batch with the first request, the largest preferred size it
+            # reaches, and its oldest arrival.
+            targets = settings.targets()
+            shapes = first.shapes
+            rows = count = reached = 0
+            oldest = first.request.arrival_ns
             for pending in queued:
-                if pending.shapes != first.shapes or rows + pending.rows > limit:
+                if (pending.shapes is not shapes and pending.shapes != shapes) or rows + pending.rows > limit:
                     break
-                prefix.append(pending)
                 rows += pending.rows
-            blocked = len(prefix) < len(queued)  # the next request cannot join: nothing to wait for
-            cumulative = list(itertools.accumulate(p.rows for p in prefix))
-            targets = set(settings.targets())
-            reachable = [i for i, total in enumerate(cumulative) if total in targets]
-            if reachable:
-                chosen = prefix[: reachable[-1] + 1]
+                count += 1
+                if rows in targets:
+                    reached = count
+                if pending.request.arrival_ns < oldest:
+                    oldest = pending.request.arrival_ns
+            blocked = count < len(queued)  # the next request cannot join: nothing to wait for
+            if reached:
+                chosen = queued[:reached]
             elif self._stopping or blocked or rows >= limit:
-                chosen = prefix
+                chosen = queued[:count]
             else:
-                oldest = min(p.request.arrival_ns for p in prefix)
                 due = oldest + settings.max_queue_delay_microseconds * 1000
                 if now >= due:
-                    chosen = prefix
+                    chosen = queued[:count]
                 else:
-                    deadlines = [p.deadline_ns for p in queued if p.deadline_ns]
+                    deadlines = [p.deadline_ns for p in queued if p.deadline_ns] if self._with_deadline else []
                     wake = min([due, *deadlines])
                     self._cond.wait(timeout=max(wake - now, 0) / 1e9)
                     continue
@@ -453,6 +488,7 @@ class Scheduler:
                     _fail(pending, UnavailableError(f"model '{self.model_name}' was unloaded before the request ran"))
                 self._queues.clear()
                 self._delayed.clear()
+                self._queued_rows = self._with_deadline = 0
             self._cond.notify_all()
         workers = list(self._workers)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -470,6 +506,18 @@ class Scheduler:
         with self._cond:
             self._workers.clear()
         return [w.instance for w in finished]
+
+
+def _signature(request: InferRequest, batching: bool) -> tuple[int, tuple]:
+    """A request's rows and the shapes that decide what it may be batched with: names with their
+    non-batch dims (all dims without batching), in name order so that input order does not matter."""
+    inputs = request.inputs
+    if not inputs:
+        return 1, ()
+    if not batching:
+        return 1, tuple(sorted((name, array.shape) for name, array in inputs.items()))
+    rows = next(iter(inputs.values())).shape[0]
+    return int(rows), tuple(sorted((name, array.shape[1:]) for name, array in inputs.items()))
 
 
 def _fail(pending: _Pending, error: BaseException) -> None:

@@ -14,11 +14,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from triton_nb.errors import InternalError, TritonNBError
 from triton_nb.repository.config import ModelConfig
+from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.types import InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
@@ -51,10 +53,20 @@ class EnsembleScheduler:
                   tuple(step.output_map.items()), frozenset(step.input_map.values()), tuple(step.output_map.keys()))
             for i, step in enumerate(self.steps))
         self.outputs = [tensor.name for tensor in config.output]
+        # Which steps read each tensor, so a finished step readies its consumers without a scan.
+        self.consumers: dict[str, tuple[int, ...]] = {}
+        for step in self.plan:
+            for tensor in step.needs:
+                self.consumers[tensor] = (*self.consumers.get(tensor, ()), step.index)
+        # what a run that has every ensemble input starts with (the common case): no set work per request
+        given = frozenset(tensor.name for tensor in config.input)
+        self.all_inputs = given
+        self.missing_at_start = tuple(len(step.needs - given) for step in self.plan)
+        self.ready_at_start = tuple(step.index for step in self.plan if not step.needs - given)
         self._submit = submit
 
     def run(self, request: InferRequest) -> Future:
-        future: Future = Future()
+        future = ResponseFuture()
         _EnsembleRun(self, request, future).start()
         return future
 
@@ -65,28 +77,35 @@ class _EnsembleRun:
         self.request = request
         self.future = future
         self.tensors: dict[str, np.ndarray] = dict(request.inputs)
-        self.pending = set(range(len(scheduler.steps)))
+        # tensors each step still waits for; a step whose count reaches 0 is ready
+        if self.tensors.keys() == scheduler.all_inputs:
+            self.missing = list(scheduler.missing_at_start)
+            self.ready = list(scheduler.ready_at_start)
+        else:  # optional inputs left out
+            self.missing = [len(step.needs - self.tensors.keys()) for step in scheduler.plan]
+            self.ready = [step.index for step in scheduler.plan if not self.missing[step.index]]
         self.running = 0
         self.lock = threading.Lock()
 
     def start(self) -> None:
         self._advance()
 
-    def _ready_steps(self) -> list[int]:
-        plan = self.scheduler.plan
-        tensors = self.tensors.keys()
-        return [i for i in sorted(self.pending) if plan[i].needs <= tensors]
+    def _produced(self, tensor: str) -> None:
+        """Count a new tensor against the steps that read it (under lock)."""
+        for index in self.scheduler.consumers.get(tensor, ()):
+            self.missing[index] -= 1
+            if not self.missing[index]:
+                self.ready.append(index)
 
     def _advance(self) -> None:
+        plan = self.scheduler.plan
         with self.lock:
             if self.future.done():
                 return
-            ready = self._ready_steps()
-            for index in ready:
-                self.pending.discard(index)
+            ready, self.ready = sorted(self.ready), []
             self.running += len(ready)
             finished = not ready and self.running == 0
-            inputs = [{name: self.tensors[tensor] for name, tensor in self.scheduler.plan[i].inputs} for i in ready]
+            inputs = [{name: self.tensors[tensor] for name, tensor in plan[i].inputs} for i in ready]
         if finished:
             self._finish()
             return
@@ -106,7 +125,7 @@ class _EnsembleRun:
             except Exception as exc:  # refused at once (unknown, not ready, queue full)
                 self._fail(index, exc)
                 return
-            step_future.add_done_callback(lambda f, i=index: self._step_done(i, f))
+            step_future.add_done_callback(partial(self._step_done, index))
 
     def _step_done(self, index: int, step_future: Future) -> None:
         error = step_future.exception()
@@ -123,6 +142,8 @@ class _EnsembleRun:
                     self.running -= 1
                     self._fail(index, missing)
                     return
+                if tensor not in self.tensors:
+                    self._produced(tensor)
                 self.tensors[tensor] = response.outputs[output]
             self.running -= 1
         self._advance()

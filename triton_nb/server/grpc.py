@@ -1,4 +1,5 @@
-"""The gRPC front end: Triton's ``inference.GRPCInferenceService`` over :class:`InferenceServer`.
+"""The gRPC front end: Triton's ``inference.GRPCInferenceService`` over a server
+(:class:`triton_nb.server.service.InferenceService`).
 
 The servicer implements the service generated in ``tritonclient.grpc.service_pb2_grpc``. gRPC itself
 is terminated by a relay process (:mod:`triton_nb.server.grpc_relay`, started by :class:`GrpcRelay`)
@@ -49,7 +50,7 @@ from triton_nb.server.protocol import (
 from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
-    from triton_nb.server.core import InferenceServer
+    from triton_nb.server.service import InferenceService
 
 __all__ = ["GrpcRelay", "GrpcServicer", "RelayLink"]
 
@@ -85,7 +86,7 @@ def _message(error: BaseException) -> str:
 class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Every RPC of ``inference.GRPCInferenceService`` except shared memory and tracing."""
 
-    def __init__(self, server: InferenceServer, limits: WireLimits, log_settings: LogSettings) -> None:
+    def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings) -> None:
         self._server = server
         self._limits = limits
         self._log_settings = log_settings

@@ -1,4 +1,6 @@
-"""The KServe v2 / Triton HTTP front end: an ASGI application over :class:`InferenceServer`.
+"""The KServe v2 / Triton HTTP front end: an ASGI application over a server.
+
+The server is reached only through :class:`triton_nb.server.service.InferenceService`.
 
 Served by uvicorn (httptools parser, uvloop) on the front ends' own thread — see
 :mod:`triton_nb.server.network`. The application is plain ASGI with no framework: the infer route
@@ -55,7 +57,7 @@ from triton_nb.server.protocol import (
 from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
-    from triton_nb.server.core import InferenceServer
+    from triton_nb.server.service import InferenceService
 
 __all__ = ["MAX_HEAD_BYTES", "GuardedHttpProtocol", "HttpApp", "MetricsApp", "PayloadTooLargeError",
            "sweep_connections"]
@@ -115,9 +117,9 @@ def _version_number(model: str, text: str | None) -> int:
 
 
 class HttpApp:
-    """The ASGI application of one :class:`InferenceServer`."""
+    """The ASGI application of one server."""
 
-    def __init__(self, server: InferenceServer, limits: WireLimits, log_settings: LogSettings,
+    def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings,
                  restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._server = server
         self._limits = limits
@@ -521,7 +523,7 @@ def _compress(reply: _Reply, accept: bytes) -> _Reply:
 class MetricsApp:
     """``GET /metrics``: Prometheus text of the server's statistics, on its own port as Triton does."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceService) -> None:
         self._server = server
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -532,7 +534,7 @@ class MetricsApp:
         elif scope["method"] != "GET":
             status, body, headers = 405, b"", _NO_BODY
         else:
-            status, body = 200, self._server.stats.prometheus_text()
+            status, body = 200, self._server.metrics_text()
             headers = [(b"content-type", b"text/plain; charset=utf-8; version=0.0.4")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -42,7 +42,7 @@ from triton_nb.errors import InvalidArgumentError, UnavailableError
 from triton_nb.server.protocol import LogSettings, WireLimits, parse_restricted_api
 
 if TYPE_CHECKING:
-    from triton_nb.server.core import InferenceServer
+    from triton_nb.server.service import InferenceService
 
 __all__ = ["FrontendOptions", "NetworkFrontends"]
 
@@ -136,9 +136,9 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class NetworkFrontends:
-    """The HTTP, gRPC and metrics endpoints of one :class:`InferenceServer`."""
+    """The HTTP, gRPC and metrics endpoints of one server (an :class:`InferenceService`)."""
 
-    def __init__(self, server: InferenceServer, options: FrontendOptions) -> None:
+    def __init__(self, server: InferenceService, options: FrontendOptions) -> None:
         self._server = server
         self.options = options
         self.log_settings = LogSettings()

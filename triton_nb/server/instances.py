@@ -1,0 +1,133 @@
+"""Model instances: creating the backend objects of a version and running a batch on one.
+
+A model version has ``instance_group.count`` instances; each is one backend object (fil, python
+or onnxruntime, by the config's ``backend``) on a worker thread of the version's scheduler.
+:func:`add_instance` builds the instance's :class:`~triton_nb.backends.base.ModelContext`,
+creates the backend (construct = load) and hands it to the scheduler; :func:`set_instance_count`
+adds or retires instances of a serving version; :func:`_run_batch` is what a worker calls for
+each batch: it times the queue, compute_input, compute_infer and compute_output phases of every
+request, keeps the requested outputs and records the execution in the version's statistics.
+
+Contract: a backend's own load failure becomes the model's
+:class:`~triton_nb.errors.InternalError`, naming the model, version and exception; errors of the
+package's hierarchy pass unchanged. A version is read and changed only through
+:class:`ServedVersion` (the model manager's per-version record satisfies it).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from triton_nb.backends.base import Backend, ModelContext, ServerHandle
+from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
+from triton_nb.server.batcher import Scheduler
+from triton_nb.server.checks import CheckedVersion, _filter_outputs
+from triton_nb.server.stats import ModelStats
+from triton_nb.server.types import InferRequest, InferResponse
+
+__all__ = ["ServedVersion", "add_instance", "create_backend", "set_instance_count"]
+
+
+class ServedVersion(CheckedVersion, Protocol):
+    """What instance creation and batch execution read and change of one loaded model version."""
+
+    version_path: Path
+    stats: ModelStats
+    scheduler: Scheduler | None  # None for ensembles, which have no instances
+    next_instance: int  # the index the next instance's name takes
+
+    @property
+    def batching(self) -> bool:
+        """True when the model batches (``max_batch_size`` > 0)."""
+
+
+def create_backend(context: ModelContext) -> Backend:
+    """The backend object for one instance, by ``backend`` in the config."""
+    backend = context.config.backend
+    if backend == "fil":
+        from triton_nb.backends.fil import FilBackend
+
+        return FilBackend(context)
+    if backend == "python":
+        from triton_nb.backends.python import PythonBackend
+
+        return PythonBackend(context)
+    if backend == "onnxruntime":
+        from triton_nb.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend(context)
+    raise InvalidArgumentError(
+        f"model '{context.name}': backend '{backend}' is not supported (fil, python, onnxruntime, ensemble)"
+    )
+
+
+def add_instance(version: ServedVersion, group: mc.ModelInstanceGroup, source: Path, *, repository: Path,
+                 server: ServerHandle | None) -> None:
+    """Load one more instance of ``version`` (from the model folder ``source``) and start serving
+    with it; ``server`` is what the instance may call back (BLS)."""
+    index = version.next_instance
+    version.next_instance += 1
+    kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
+    context = ModelContext(
+        name=version.name,
+        version=version.version,
+        config=version.config,
+        model_path=source,
+        version_path=version.version_path,
+        repository_path=repository,
+        instance_name=f"{group.name}_{index}",
+        instance_kind=kind,
+        device_id=int(group.gpus[0]) if group.gpus else 0,
+        server=server,
+    )
+    try:
+        backend = create_backend(context)
+    except TritonNBError:
+        raise
+    except Exception as exc:  # a backend's own failure: the model's load error, named
+        raise InternalError(f"model '{version.name}' version {version.version} failed to load: "
+                            f"{type(exc).__name__}: {exc}") from None
+    version.scheduler.add_instance(backend, f"triton-nb-{version.name}-{context.instance_name}")
+
+
+def set_instance_count(version: ServedVersion, count: int, *, repository: Path, server: ServerHandle | None) -> None:
+    """Grow or shrink a serving version's first instance group to ``count`` instances, live:
+    new instances load beside the serving ones; retired ones finish their batch, then finalize."""
+    if count < 1:
+        raise InvalidArgumentError(f"instance_count must be >= 1, got {count}")
+    current = version.scheduler.instance_count
+    group = version.config.instance_group[0]
+    source = version.version_path.parent
+    for _ in range(count - current):
+        add_instance(version, group, source, repository=repository, server=server)
+    if count < current:
+        for backend in version.scheduler.retire_instances(current - count):
+            backend.finalize()
+
+
+def _run_batch(version: ServedVersion, backend: Backend, requests: list[InferRequest]) -> list[InferResponse]:
+    """Execute one batch on one instance: the scheduler's worker calls this for every batch."""
+    started = time.monotonic_ns()
+    for request in requests:
+        request.timing["queue"] = started - request.arrival_ns
+    version.stats.pending_add(-len(requests))
+    before_infer = time.monotonic_ns()
+    responses = backend.execute(requests)
+    after_infer = time.monotonic_ns()
+    if responses is not None:
+        responses = [_filter_outputs(version, request, response) for request, response in zip(
+            requests, responses, strict=False)]
+    finished = time.monotonic_ns()
+    timing = {"compute_input": before_infer - started, "compute_infer": after_infer - before_infer,
+              "compute_output": finished - after_infer}
+    for request in requests:
+        request.timing.update(timing)
+    rows = sum(r.batch_size(version.batching) for r in requests)
+    version.stats.record_execution(batch_rows=rows, compute_input_ns=timing["compute_input"],
+                                   compute_infer_ns=timing["compute_infer"],
+                                   compute_output_ns=timing["compute_output"])
+    return responses

@@ -1,0 +1,97 @@
+"""The service interface: what the front ends, the in-process client and perf call on a server.
+
+:class:`InferenceService` is the one seam between the server and everything that talks to it —
+the HTTP and gRPC front ends (:mod:`triton_nb.server.http`, :mod:`triton_nb.server.grpc`,
+:mod:`triton_nb.server.network`), the in-process client (:mod:`triton_nb.client`) and the load
+generator and tuner (:mod:`triton_nb.perf`). They type against it and import this module, never
+the server's implementation (:mod:`triton_nb.server.core`), so no arrow runs from the server back
+up to them. :class:`triton_nb.server.core.Server` satisfies it.
+
+Contract: every call may run on any thread; errors are :class:`~triton_nb.errors.TritonNBError`
+subclasses, whose status the front ends map to HTTP and gRPC (:func:`triton_nb.errors.wire_status`);
+``version`` -1 means the model's highest serving version; results are plain data (dicts, lists,
+:class:`~triton_nb.repository.config.ModelConfig`) the caller may keep, except where a docstring
+says otherwise.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Protocol, runtime_checkable
+
+from triton_nb.repository.config import ModelConfig
+from triton_nb.server.types import InferRequest, InferResponse
+
+__all__ = ["InferenceService"]
+
+
+@runtime_checkable
+class InferenceService(Protocol):
+    """A Triton-compatible server, as its callers see it."""
+
+    # ------------------------------------------------------------------ health
+    def is_server_live(self) -> bool:
+        """Started and not stopped."""
+
+    def is_server_ready(self) -> bool:
+        """Live, and every model that was asked for is ready (Triton's strict readiness)."""
+
+    def is_model_ready(self, name: str, version: int = -1) -> bool:
+        """A version of ``name`` (``version``, or the highest) is serving."""
+
+    # ------------------------------------------------------------------ inference
+    def infer_async(self, request: InferRequest) -> Future[InferResponse]:
+        """Queue a request; the future resolves to its response or fails with its error. Raises at
+        once when the request is refused (unknown model, bad input, server full)."""
+
+    def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
+        """Run a request and wait for its response (raises the request's error)."""
+
+    # ------------------------------------------------------------------ metadata
+    def model_config(self, name: str, version: int = -1) -> ModelConfig:
+        """The effective config, with live batching knobs reflected (a copy)."""
+
+    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
+        """:meth:`model_config` as Triton's JSON."""
+
+    def input_config(self, name: str, version: int = -1) -> ModelConfig:
+        """The loaded config itself, to read (never change) on every request: what converting
+        inputs and encoding outputs need, without the cost of a copy."""
+
+    def model_metadata(self, name: str, version: int = -1) -> dict[str, Any]:
+        """KServe v2 model metadata."""
+
+    def output_labels(self, name: str, output: str, version: int = -1) -> list[str] | None:
+        """The labels of an output's ``label_filename`` (the classification extension); None
+        when the output has none."""
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every model of the repository with its versions' states, as Triton's index API."""
+
+    def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """Triton's statistics-extension JSON, of one model (and version) or of all."""
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition of the server's metrics, with Triton's ``nv_inference_*`` names."""
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """``{"http": "127.0.0.1:8000", ...}`` for the network front ends that are on."""
+
+    # ------------------------------------------------------------------ model control
+    def check_network_model_control(self, model: str, action: str) -> None:
+        """Raise unless a network client may ``action`` ("load", "unload") ``model``."""
+
+    def load_model(self, name: str, config: str | dict[str, Any] | ModelConfig | None = None,
+                   files: dict[str, bytes | str] | None = None) -> None:
+        """Load or reload a model, as Triton's repository load API (config and file overrides)."""
+
+    def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
+        """Unload every version of a model, as Triton's repository unload API."""
+
+    def update_batching(self, name: str, version: int = -1, **knobs: Any) -> dict[str, Any]:
+        """Change batching knobs and instance count of a serving model live; returns those in force."""
+
+    def wait_warm(self, name: str, version: int = -1, timeout_s: float | None = None) -> bool:
+        """Wait until a model's instances serve at their steady speed (FIL's compiled engine
+        ready; an ensemble's composing models); False when ``timeout_s`` passed first."""
