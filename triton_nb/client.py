@@ -503,8 +503,8 @@ class _LoopRelay:
                 continue
             if future.cancelled():
                 waiter.cancel()
-            elif future.exception() is not None:
-                waiter.set_exception(future.exception())
+            elif (error := future.exception()) is not None:
+                waiter.set_exception(error)
             else:
                 waiter.set_result(future.result())
 

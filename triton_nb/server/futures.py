@@ -55,13 +55,6 @@ class ResponseFuture(Future):
                 self._cond = threading.Condition(self._lock)
             return self._cond
 
-    def _wait_condition(self) -> threading.Condition:
-        """The condition, created if needed; the caller holds ``_lock``."""
-        with _CONDITION_CREATION:
-            if self._cond is None:
-                self._cond = threading.Condition(self._lock)
-            return self._cond
-
     def _notify(self) -> None:  # under _lock
         if self._cond is not None:
             self._cond.notify_all()
@@ -132,7 +125,7 @@ class ResponseFuture(Future):
     # ------------------------------------------------------------------ waiting
     def _wait(self, timeout: float | None) -> None:  # under _lock; returns done or raises the timeout
         if self._state not in _DONE:
-            self._wait_condition().wait(timeout)
+            self._condition.wait(timeout)  # built here, under _lock: only a caller that blocks pays
             if self._state not in _DONE:
                 raise FutureTimeoutError()
 
