@@ -81,3 +81,51 @@ def test_awaitable_and_bad_rows(trained, frame, tmp_path):
         # the refusals left the server serving, with the same answers
         after = client.infer("ensemble", rows).as_numpy("predictions")
         np.testing.assert_array_equal(after, got)
+
+
+def _carried_groups(monkeypatch) -> list[tuple[int, ...]]:
+    from triton_nb.server import ensemble
+
+    groups: list[tuple[int, ...]] = []
+    carried = ensemble.EnsembleScheduler._submit_carried
+
+    def spy(self, index, group, rows):
+        groups.append(rows)
+        return carried(self, index, group, rows)
+
+    monkeypatch.setattr(ensemble.EnsembleScheduler, "_submit_carried", spy)
+    return groups
+
+
+@pytest.mark.parametrize("tree_batching", [True, False])
+def test_the_tree_step_takes_a_formed_batch_as_one_request(trained, frame, tmp_path, monkeypatch, tree_batching):
+    """Preprocessing's batches go on into the FIL model whole when it batches dynamically (and
+    one by one when it does not); the answers and every request count stay what they were."""
+    groups = _carried_groups(monkeypatch)
+    batching = BatchingOptions(max_queue_delay_microseconds=20_000)
+    root = export_fraud_repository(trained, tmp_path / "repo", batching=batching, predict_proba=True)
+    sizes = [1 + i % 3 for i in range(30)]  # requests of 1, 2 and 3 rows: 60
+    rows = frame.tail(60)
+    starts = np.cumsum([0, *sizes[:-1]])
+    with serve(root) as server:
+        if not tree_batching:
+            server.update_batching("fil", dynamic_batching=False)
+        client = server.client()
+
+        async def all_at_once():
+            return await asyncio.gather(*(client.ainfer("ensemble", rows.iloc[s:s + n])
+                                          for s, n in zip(starts, sizes, strict=True)))
+
+        results = asyncio.run(all_at_once())
+        stats = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
+    got = np.concatenate([r.as_numpy("predictions")[:, 0] for r in results])
+    np.testing.assert_allclose(got, trained.predict_proba(rows), rtol=1e-5)
+    for name in ("ensemble", "preprocessing", "fil"):
+        assert stats[name]["inference_stats"]["success"]["count"] == 30, name  # requests, carried or not
+        assert stats[name]["inference_count"] == 60, name
+    if tree_batching:
+        assert groups and all(len(g) > 1 for g in groups) and sum(map(sum, groups)) <= 60
+        assert stats["fil"]["execution_count"] <= stats["preprocessing"]["execution_count"]
+    else:
+        assert groups == []  # Triton's default scheduler runs each request alone: nothing carried
+        assert stats["fil"]["execution_count"] == 30

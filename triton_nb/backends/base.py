@@ -63,6 +63,13 @@ class Backend(ABC):
 
     #: True when responses stream through ``InferRequest.response_sender``.
     decoupled: bool = False
+    #: True when the backend answers a batch as one computation that succeeds or fails as a
+    #: whole, each output row depending on its input row alone (a tree model): then a request that
+    #: carries several requests' rows gets the same answers as those requests batched, and an
+    #: ensemble may hand it a formed batch as one request. False (a Python model, which may answer
+    #: or fail each request of a batch differently and sees how many requests it got) keeps
+    #: requests apart.
+    rows_independent: bool = False
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context

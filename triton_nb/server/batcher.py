@@ -28,10 +28,18 @@ Batch forming follows Triton's dynamic batcher:
 
 Without ``dynamic_batching`` every request runs alone, as Triton's default scheduler does.
 Settings can change while serving (:meth:`Scheduler.update`) and apply from the next batch.
+
+Given the version's :class:`~triton_nb.server.stats.ModelStats`, the scheduler counts every
+request it accepted the way Triton does, itself and once per batch where it can: the pending
+gauge (+1 queued, -1 when it runs or leaves the queue), a batch's successes in one call, and each
+failure with its reason (``REJECTED``: it never ran — a timeout, a stop, a lowered
+``max_batch_size``; ``BACKEND``: the model failed it; ``CANCELED``: the caller gave up). No
+per-request callback is needed for that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -42,18 +50,35 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
+from triton_nb.server.stats import ModelStats
 from triton_nb.server.types import InferRequest, InferResponse
 
-__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings"]
+__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "after_batch"]
 
 log = logging.getLogger(__name__)
+
+# The callbacks to run once the batch this thread is answering is answered (None: not answering).
+_answering = threading.local()
+
+
+def after_batch(callback: Callable[[], None]) -> bool:
+    """From a response future's done-callback: run ``callback`` on this thread once every request
+    of the batch being answered has its response (once, however often it is asked for), and return
+    True; outside the answering of a batch, return False and do nothing. This lets what the
+    responses of one batch set off (an ensemble's next steps) be submitted together."""
+    waiting = getattr(_answering, "callbacks", None)
+    if waiting is None:
+        return False
+    if callback not in waiting:
+        waiting.append(callback)
+    return True
 
 # Linux lets a timed wait end up to the thread's "timer slack" late, 50 µs by default: on top of
 # a max_queue_delay_microseconds of 100 that is half as much again, on every batch, in every step
@@ -174,11 +199,14 @@ class Scheduler:
         settings: SchedulerSettings,
         run_batch: BatchRunner,
         *,
+        stats: ModelStats | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         """``clock_ns`` is the clock that queue delays and request timeouts are measured on, the
-        one ``InferRequest.arrival_ns`` is read from; it exists so that tests can drive time."""
+        one ``InferRequest.arrival_ns`` is read from; it exists so that tests can drive time.
+        ``stats``: where the requests are counted (none: not counted, for tests of batching alone)."""
         self.model_name = model_name
+        self._stats = stats
         self.version = version
         self._settings = settings
         self._run_batch = run_batch
@@ -287,6 +315,8 @@ class Scheduler:
             was_empty = self._queued_rows == 0
             head = None if was_empty else self._head()
             queue.append(_Pending(request, future, rows, shapes, deadline, next(self._sequence)))
+            if self._stats is not None:
+                self._stats.pending_add(request.counted_requests())
             self._queued_rows += rows
             if deadline:
                 self._with_deadline += 1
@@ -324,7 +354,7 @@ class Scheduler:
                         self._delayed.append(pending)
                     else:
                         self._queued_rows -= pending.rows
-                        _fail(pending, UnavailableError(
+                        self._reject(pending, UnavailableError(
                             f"Request timeout expired: model '{self.model_name}' did not start the request "
                             "within its timeout"))
                 else:
@@ -392,7 +422,7 @@ class Scheduler:
             first = queued[0]
             if first.rows > limit:  # max_batch_size was lowered after it was queued
                 self._take([first])
-                _fail(first, InvalidArgumentError(
+                self._reject(first, InvalidArgumentError(
                     f"model '{self.model_name}': batch size {first.rows} is above max_batch_size {limit}"))
                 continue
             # One pass over the queue (this runs at every wake-up, with the lock held): the
@@ -447,6 +477,10 @@ class Scheduler:
     def _execute(self, worker: _Worker, batch: list[_Pending]) -> None:
         order = next(self._dispatch_counter)
         live = [p for p in batch if not p.future.cancelled()]  # the client gave up waiting
+        if len(live) < len(batch) and self._stats is not None:
+            gone = [p for p in batch if p.future.cancelled()]
+            self._stats.pending_add(-sum(p.request.counted_requests() for p in gone))
+            self._count_failures(gone, "CANCELED")
         outcome: list[InferResponse] | BaseException
         try:
             outcome = self._run_batch(worker.instance, [p.request for p in live]) if live else []
@@ -463,15 +497,90 @@ class Scheduler:
         if self._settings.preserve_ordering:
             self._release_in_order(order, live, outcome)
         else:
-            _resolve(live, outcome)
+            self._settle(live, outcome)
 
     def _release_in_order(self, order: int, batch: list[_Pending], outcome: object) -> None:
         with self._release_lock:
             self._held[order] = (batch, outcome)
             while self._next_release in self._held:
                 held_batch, held_outcome = self._held.pop(self._next_release)
-                _resolve(held_batch, held_outcome)
+                self._settle(held_batch, held_outcome)
                 self._next_release += 1
+
+    # ------------------------------------------------------------------ answering and counting
+    def _settle(self, batch: list[_Pending], outcome: object) -> None:
+        """Answer an executed batch's requests and count them: the successes in one call."""
+        outer = getattr(_answering, "callbacks", None)
+        _answering.callbacks = []
+        try:
+            self._answer(batch, outcome)
+        finally:
+            callbacks, _answering.callbacks = _answering.callbacks, outer
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # what a response set off must not cost the worker its life
+                    log.exception("model '%s': a callback after a batch failed", self.model_name)
+
+    def _answer(self, batch: list[_Pending], outcome: object) -> None:
+        stats = self._stats
+        if stats is None:
+            _resolve(batch, outcome)
+            return
+        finished_ns = self._clock_ns()  # the batch's end is each request's end in the server
+        # Counted before any response is handed over: a caller that reads the statistics as soon
+        # as its response arrives (over the network, too) must find its request in them.
+        answers: list[tuple[_Pending, object, bool]] = []  # (request, what it gets, succeeded)
+        successes: list[_Pending] = []
+        failures: list[_Pending] = []
+        canceled: list[_Pending] = []
+        responses = outcome if isinstance(outcome, list) else [outcome] * len(batch)
+        for pending, response in zip(batch, responses, strict=True):
+            if pending.future.done():  # cancelled while it ran, or failed by a stop that timed out (counted there)
+                if pending.future.cancelled():
+                    canceled.append(pending)
+                continue
+            if isinstance(response, BaseException):
+                answers.append((pending, response, False))
+                failures.append(pending)
+            elif response is not None and response.error is not None:
+                answers.append((pending, response.error, False))
+                failures.append(pending)
+            else:  # a response, or None: a decoupled model answered through its senders
+                answers.append((pending, response, True))
+                successes.append(pending)
+        if successes:
+            timing = successes[0].request.timing  # the batch's compute phases, the same for each request
+            stats.record_successes(
+                [(finished_ns - p.request.arrival_ns, p.request.timing.get("queue", 0), rows)
+                 for p in successes for rows in (p.request.carried_rows or (p.rows,))],
+                compute_input_ns=timing.get("compute_input", 0), compute_infer_ns=timing.get("compute_infer", 0),
+                compute_output_ns=timing.get("compute_output", 0))
+        self._count_failures(failures, "BACKEND", finished_ns)
+        self._count_failures(canceled, "CANCELED", finished_ns)
+        for pending, answer, succeeded in answers:
+            with contextlib.suppress(InvalidStateError):  # its caller gave up just now
+                if succeeded:
+                    pending.future.set_result(answer)
+                else:
+                    pending.future.set_exception(answer)
+
+    def _count_failures(self, batch: list[_Pending], reason: str, now_ns: int | None = None) -> None:
+        if self._stats is None or not batch:
+            return
+        now_ns = self._clock_ns() if now_ns is None else now_ns
+        for pending in batch:
+            for _ in range(pending.request.counted_requests()):
+                self._stats.record_request(success=False, request_ns=max(0, now_ns - pending.request.arrival_ns),
+                                           reason=reason)
+
+    def _reject(self, pending: _Pending, error: BaseException) -> None:
+        """Fail a queued request that never ran, off the pending gauge: Triton's REJECTED (or
+        CANCELED when its caller had already given up)."""
+        if self._stats is not None:
+            self._stats.pending_add(-pending.request.counted_requests())
+            self._count_failures([pending], "CANCELED" if pending.future.cancelled() else "REJECTED")
+        _fail(pending, error)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, drain: bool = True, timeout_s: float | None = None) -> list[object]:
@@ -485,7 +594,8 @@ class Scheduler:
             self._stopping = True
             if not drain or not self._workers:
                 for pending in self._ordered():
-                    _fail(pending, UnavailableError(f"model '{self.model_name}' was unloaded before the request ran"))
+                    self._reject(pending, UnavailableError(
+                        f"model '{self.model_name}' was unloaded before the request ran"))
                 self._queues.clear()
                 self._delayed.clear()
                 self._queued_rows = self._with_deadline = 0
@@ -501,6 +611,8 @@ class Scheduler:
             log.warning("model '%s' version %s: instance %s still executing after %.1f s; its requests fail and "
                         "it is left behind", self.model_name, self.version, worker.thread.name, timeout_s)
             for pending in list(worker.running):
+                if not pending.future.done():
+                    self._count_failures([pending], "REJECTED")
                 _fail(pending, UnavailableError(
                     f"model '{self.model_name}' did not finish the request before the server stopped"))
         with self._cond:

@@ -446,9 +446,7 @@ class Server:
                                             reason="OTHER")
                 raise
             if target.ensemble is not None:
-                future = target.ensemble.run(request)
-                self._track(target, request, future)
-                return future
+                return target.ensemble.run(request)  # it counts its requests itself, as the batcher does
             future = ResponseFuture()
             try:
                 target.scheduler.enqueue(request, future)
@@ -461,30 +459,8 @@ class Server:
             except TritonNBError:
                 target.stats.record_request(success=False, request_ns=0, reason="OTHER")
                 raise
-            self._track(target, request, future)
-            return future
+            return future  # the scheduler counts it: pending, then success or failure with its batch
         raise InternalError("unreachable")  # pragma: no cover
-
-    def _track(self, target: _Version, request: InferRequest, future: Future) -> None:
-        # Triton's pending gauge counts requests waiting to execute: +1 here, -1 when a batch
-        # takes the request (instances._run_batch) or when it leaves the queue without running.
-        target.stats.pending_add(1)
-
-        def done(finished: Future) -> None:
-            if "queue" not in request.timing or target.ensemble is not None:
-                target.stats.pending_add(-1)
-            elapsed = time.monotonic_ns() - request.arrival_ns
-            error = None if finished.cancelled() else finished.exception()
-            ok = not finished.cancelled() and error is None
-            timing = request.timing
-            target.stats.record_request(
-                success=ok, request_ns=elapsed, queue_ns=timing.get("queue", 0),
-                compute_input_ns=timing.get("compute_input", 0), compute_infer_ns=timing.get("compute_infer", 0),
-                compute_output_ns=timing.get("compute_output", 0),
-                batch_size=request.batch_size(target.batching), reason=_failure_reason(finished, error, timing),
-            )
-
-        future.add_done_callback(done)
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
         """Run a request and wait for its response (raises the request's error)."""
@@ -571,15 +547,3 @@ class Server:
             return path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise InternalError(f"model '{name}': label file {spec.label_filename!r} cannot be read: {exc}") from None
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _failure_reason(future: Future, error: BaseException | None, timing: dict[str, int]) -> str:
-    """Triton's failure reasons: REJECTED (never ran: timeout, queue), CANCELED, BACKEND."""
-    if future.cancelled():
-        return "CANCELED"
-    if error is None:
-        return "OTHER"
-    return "BACKEND" if "compute_infer" in timing else "REJECTED"

@@ -5,12 +5,26 @@ step is an ordinary request to its model, so it goes through that model's own sc
 composing model's dynamic batcher batches across ensemble requests. Nothing blocks a thread
 while steps run: completions call back into :class:`_EnsembleRun`, which submits what became
 ready. The first failing step fails the ensemble request, with the step named.
+
+Carrying a batch through: when a composing model's batch is answered, the runs it readies for
+the same next step are submitted together once the whole batch is answered (the batcher's
+:func:`~triton_nb.server.batcher.after_batch`), and where that step's model accepts it (see
+``Carry``) as *one* request carrying all their rows. That saves splitting the batch into
+requests, queueing each and forming them into a batch again. The model still counts each carried
+ensemble request as a request (``InferRequest.carried_rows``); a step with dynamic batching off,
+a bounded queue or a backend whose requests may fail one by one (Python models) gets the requests
+one by one, as before.
+
+The scheduler counts its own requests in the ensemble's statistics, as the batcher counts a
+composing model's: pending while they run, then one success or failure each (``CANCELED`` when
+the caller gave up, ``REJECTED`` otherwise); its steps are counted by their own models.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -20,12 +34,16 @@ import numpy as np
 
 from triton_nb.errors import InternalError, TritonNBError
 from triton_nb.repository.config import ModelConfig
+from triton_nb.server.batcher import after_batch
 from triton_nb.server.futures import ResponseFuture
+from triton_nb.server.stats import ModelStats
 from triton_nb.server.types import InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
 
 Submit = Callable[[InferRequest], Future]
+#: Whether model (name, version) takes one request carrying ``rows`` rows of several ensemble requests.
+Carry = Callable[[str, int, int], bool]
 
 
 @dataclass(frozen=True)
@@ -44,8 +62,11 @@ class _Step:
 class EnsembleScheduler:
     """Runs requests of one ensemble version through its steps."""
 
-    def __init__(self, name: str, version: int, config: ModelConfig, submit: Submit) -> None:
+    def __init__(self, name: str, version: int, config: ModelConfig, submit: Submit, *,
+                 stats: ModelStats | None = None, carry: Carry | None = None) -> None:
         self.name = name
+        self.stats = stats
+        self.batching = config.max_batch_size > 0
         self.version = version
         self.steps = list(config.ensemble_scheduling.step)
         self.plan = tuple(
@@ -64,9 +85,61 @@ class EnsembleScheduler:
         self.missing_at_start = tuple(len(step.needs - given) for step in self.plan)
         self.ready_at_start = tuple(step.index for step in self.plan if not step.needs - given)
         self._submit = submit
+        self._carry = carry
+        self._deferred = threading.local()  # step requests readied inside a batch being answered
+
+    def _submit_step(self, run: _EnsembleRun, index: int, request: InferRequest) -> None:
+        """Submit now, or, inside a batch being answered, once that whole batch is answered."""
+        if self._carry is not None:
+            waiting = getattr(self._deferred, "steps", None)
+            if waiting is None:
+                waiting = self._deferred.steps = []
+            if after_batch(self._submit_deferred):
+                waiting.append((run, index, request))
+                return
+        run._submit_one(index, request)
+
+    def _submit_deferred(self) -> None:
+        waiting, self._deferred.steps = self._deferred.steps, []
+        groups: dict[tuple[int, int, int], list[tuple[_EnsembleRun, InferRequest]]] = {}
+        for run, index, request in waiting:
+            groups.setdefault((index, request.priority, request.timeout_microseconds), []).append((run, request))
+        for (index, _, _), group in groups.items():
+            step = self.plan[index]
+            rows = [next(iter(r.inputs.values())).shape[0] if r.inputs else 1 for _, r in group]
+            if len(group) > 1 and self.batching and self._carry(step.model_name, step.model_version, sum(rows)):
+                self._submit_carried(index, group, tuple(int(n) for n in rows))
+            else:
+                for run, request in group:
+                    run._submit_one(index, request)
+
+    def _submit_carried(self, index: int, group: list[tuple[_EnsembleRun, InferRequest]],
+                        rows: tuple[int, ...]) -> None:
+        first = group[0][1]
+        requests = [request for _, request in group]
+        try:
+            inputs = {name: np.concatenate([r.inputs[name] for r in requests]) for name in first.inputs}
+        except (ValueError, KeyError):  # shapes that cannot join: one by one, as the batcher would
+            for run, request in group:
+                run._submit_one(index, request)
+            return
+        carried = InferRequest(
+            model_name=first.model_name, model_version=first.model_version, inputs=inputs,
+            requested_outputs=first.requested_outputs, request_id=first.request_id, priority=first.priority,
+            timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
+        runs = [run for run, _ in group]
+        try:
+            future = self._submit(carried)
+        except Exception as exc:  # refused at once: each ensemble request fails as it would alone
+            for run in runs:
+                run._fail(index, exc)
+            return
+        future.add_done_callback(partial(_answer_carried, runs, index, rows))
 
     def run(self, request: InferRequest) -> Future:
         future = ResponseFuture()
+        if self.stats is not None:
+            self.stats.pending_add(1)
         _EnsembleRun(self, request, future).start()
         return future
 
@@ -86,6 +159,23 @@ class _EnsembleRun:
             self.ready = [step.index for step in scheduler.plan if not self.missing[step.index]]
         self.running = 0
         self.lock = threading.Lock()
+        self.uncounted = [True]  # popped (atomically) by the one call that counts the run
+
+    def _count(self, success: bool, reason: str = "REJECTED") -> None:
+        """Count the run in the ensemble's statistics, once whichever way and from however many
+        threads its end is reached; before its caller has the answer (a caller that reads the
+        statistics then must find the request there)."""
+        stats = self.scheduler.stats
+        if stats is None:
+            return
+        try:
+            self.uncounted.pop()  # atomic: only one caller gets past
+        except IndexError:
+            return
+        stats.pending_add(-1)
+        elapsed = time.monotonic_ns() - self.request.arrival_ns
+        stats.record_request(success=success, request_ns=max(0, elapsed), reason=reason,
+                             batch_size=self.request.batch_size(self.scheduler.batching))
 
     def start(self) -> None:
         self._advance()
@@ -100,12 +190,16 @@ class _EnsembleRun:
     def _advance(self) -> None:
         plan = self.scheduler.plan
         with self.lock:
-            if self.future.done():
-                return
-            ready, self.ready = sorted(self.ready), []
-            self.running += len(ready)
-            finished = not ready and self.running == 0
-            inputs = [{name: self.tensors[tensor] for name, tensor in plan[i].inputs} for i in ready]
+            done = self.future.done()
+            if not done:
+                ready, self.ready = sorted(self.ready), []
+                self.running += len(ready)
+                finished = not ready and self.running == 0
+                inputs = [{name: self.tensors[tensor] for name, tensor in plan[i].inputs} for i in ready]
+        if done:
+            if self.future.cancelled():  # the caller gave up: what still runs is left to finish
+                self._count(False, "CANCELED")
+            return
         if finished:
             self._finish()
             return
@@ -120,19 +214,24 @@ class _EnsembleRun:
                 priority=self.request.priority,
                 timeout_microseconds=self.request.timeout_microseconds,
             )
-            try:
-                step_future = self.scheduler._submit(step_request)
-            except Exception as exc:  # refused at once (unknown, not ready, queue full)
-                self._fail(index, exc)
-                return
-            step_future.add_done_callback(partial(self._step_done, index))
+            self.scheduler._submit_step(self, index, step_request)
+
+    def _submit_one(self, index: int, request: InferRequest) -> None:
+        try:
+            step_future = self.scheduler._submit(request)
+        except Exception as exc:  # refused at once (unknown, not ready, queue full)
+            self._fail(index, exc)
+            return
+        step_future.add_done_callback(partial(self._step_done, index))
 
     def _step_done(self, index: int, step_future: Future) -> None:
         error = step_future.exception()
         if error is not None:
             self._fail(index, error)
             return
-        response: InferResponse = step_future.result()
+        self._step_answered(index, step_future.result())
+
+    def _step_answered(self, index: int, response: InferResponse) -> None:
         step = self.scheduler.plan[index]
         with self.lock:
             for output, tensor in step.outputs:
@@ -149,7 +248,10 @@ class _EnsembleRun:
         self._advance()
 
     def _fail(self, index: int, error: BaseException) -> None:
-        if self.future.done():
+        """Fail the run at step ``index`` (callers may hold ``lock``: this takes no lock of the run)."""
+        if self.future.done():  # a parallel step failed first, or the caller gave up (counted once)
+            if self.future.cancelled():
+                self._count(False, "CANCELED")
             return
         step = self.scheduler.steps[index]
         message = f"in ensemble '{self.scheduler.name}', step {index} ('{step.model_name}'): {error}"
@@ -157,19 +259,43 @@ class _EnsembleRun:
             wrapped = type(error)(message) if isinstance(error, TritonNBError) else InternalError(message)
         except TypeError:
             wrapped = InternalError(message)
-        with contextlib.suppress(InvalidStateError):  # a parallel step failed first
+        self._count(False)
+        with contextlib.suppress(InvalidStateError):  # a parallel step failed first, or the caller gave up
             self.future.set_exception(wrapped)
 
     def _finish(self) -> None:
         missing = [name for name in self.scheduler.outputs if name not in self.tensors]
         if missing:
-            self.future.set_exception(InternalError(
-                f"ensemble '{self.scheduler.name}' produced no {', '.join(missing)}"))
+            self._count(False)
+            with contextlib.suppress(InvalidStateError):
+                self.future.set_exception(InternalError(
+                    f"ensemble '{self.scheduler.name}' produced no {', '.join(missing)}"))
             return
         wanted = self.request.requested_outputs or self.scheduler.outputs
-        self.future.set_result(InferResponse(
-            model_name=self.scheduler.name,
-            model_version=self.scheduler.version,
-            outputs={name: self.tensors[name] for name in wanted},
-            request_id=self.request.request_id,
-        ))
+        if self.future.cancelled():
+            self._count(False, "CANCELED")
+            return
+        self._count(True)
+        with contextlib.suppress(InvalidStateError):  # the caller gave up just now
+            self.future.set_result(InferResponse(
+                model_name=self.scheduler.name,
+                model_version=self.scheduler.version,
+                outputs={name: self.tensors[name] for name in wanted},
+                request_id=self.request.request_id,
+            ))
+
+
+def _answer_carried(runs: list[_EnsembleRun], index: int, rows: tuple[int, ...], future: Future) -> None:
+    """Hand each run its rows of a carried step's response (views, no copies), or its error."""
+    error = future.exception()
+    if error is not None:
+        for run in runs:
+            run._fail(index, error)
+        return
+    response: InferResponse = future.result()
+    start = 0
+    for run, count in zip(runs, rows, strict=True):
+        outputs = {name: array[start:start + count] for name, array in response.outputs.items()}
+        start += count
+        run._step_answered(index, InferResponse(response.model_name, response.model_version, outputs,
+                                                run.request.request_id))

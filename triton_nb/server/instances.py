@@ -114,7 +114,7 @@ def _run_batch(version: ServedVersion, backend: Backend, requests: list[InferReq
     started = time.monotonic_ns()
     for request in requests:
         request.timing["queue"] = started - request.arrival_ns
-    version.stats.pending_add(-len(requests))
+    version.stats.pending_add(-sum(r.counted_requests() for r in requests))
     before_infer = time.monotonic_ns()
     responses = backend.execute(requests)
     after_infer = time.monotonic_ns()

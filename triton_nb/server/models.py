@@ -163,6 +163,28 @@ class ModelManager:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ queries
+    def _accepts_carried(self, name: str, version: int, rows: int) -> bool:
+        """Whether ``name`` takes one request carrying ``rows`` rows of several ensemble requests
+        with nothing a user sees changed: it batches dynamically (so those requests would be
+        batched anyway), the rows fit ``max_batch_size``, no queue is bounded (``max_queue_size``
+        counts requests, a carried one is several) and every instance's backend is
+        ``rows_independent``."""
+        try:
+            target = self.resolve(name, version)
+        except TritonNBError:
+            return False
+        scheduler = target.scheduler
+        if scheduler is None:
+            return False
+        settings = scheduler.settings
+        if not settings.dynamic_batching or not 0 < rows <= settings.max_batch_size:
+            return False
+        policies = [settings.default_queue_policy, *(policy for _, policy in settings.priority_queue_policy)]
+        if any(policy.max_queue_size for policy in policies):
+            return False
+        backends = scheduler.instances()
+        return bool(backends) and all(getattr(backend, "rows_independent", False) for backend in backends)
+
     def resolve(self, name: str, version: int = -1) -> _Version:
         """The version serving ``name`` at ``version`` (-1 or 0: the highest), else NotFoundError
         in Triton's words."""
@@ -377,10 +399,11 @@ class ModelManager:
         stats = self.stats.model(name, number)
         version = _Version(name, number, config, source / str(number), stats)
         if is_ensemble(config):
-            version.ensemble = EnsembleScheduler(name, number, config, self._infer_step)
+            version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
+                                                 carry=self._accepts_carried)
             return version
         version.scheduler = Scheduler(name, number, SchedulerSettings.from_config(config),
-                                      lambda backend, requests: _run_batch(version, backend, requests))
+                                      lambda backend, requests: _run_batch(version, backend, requests), stats=stats)
         try:
             for group in config.instance_group:
                 for _ in range(group.count):

@@ -17,7 +17,8 @@ server and answers both views:
 
 How Triton counts, and so how the server should call these:
 
-* one :meth:`ModelStats.record_request` per finished request. A success adds 1 to ``success``
+* one :meth:`ModelStats.record_request` per finished request (the batcher records a batch's
+  successes in one :meth:`ModelStats.record_successes` call, with the same sums). A success adds 1 to ``success``
   (with the request's end-to-end time), its ``batch_size`` to ``inference_count``, and its queue
   and compute durations to ``queue``/``compute_*``. Triton attributes a batch's compute time to
   every request in it: pass each request of a batch the batch's ``compute_*`` durations. A
@@ -194,6 +195,42 @@ class ModelStats:
         with self._lock:
             self._fail.add(request_ns)
             self._failures[reason] += 1
+
+    def record_successes(self, requests: list[tuple[int, int, int]], *, compute_input_ns: int,
+                         compute_infer_ns: int, compute_output_ns: int) -> None:
+        """The successful requests of one executed batch, under one lock: each a tuple of its
+        end-to-end ``request_ns``, its ``queue_ns`` and its ``batch_size``, each given the batch's
+        ``compute_*`` durations, as Triton attributes them. The same sums as
+        :meth:`record_request` once per request; the batcher calls this once per batch."""
+        if not requests:
+            return
+        compute_input_ns = _ns(compute_input_ns, "compute_input_ns")
+        compute_infer_ns = _ns(compute_infer_ns, "compute_infer_ns")
+        compute_output_ns = _ns(compute_output_ns, "compute_output_ns")
+        count = len(requests)
+        request_total = queue_total = rows = request_us = queue_us = 0
+        for request_ns, queue_ns, batch_size in requests:
+            if request_ns < 0 or queue_ns < 0 or batch_size < 0:
+                raise InvalidArgumentError(f"request_ns, queue_ns and batch_size must be >= 0, got "
+                                           f"{request_ns}, {queue_ns}, {batch_size}")
+            request_total += request_ns
+            queue_total += queue_ns
+            rows += batch_size
+            request_us += request_ns // 1000  # truncated per request, as record_request does
+            queue_us += queue_ns // 1000
+        with self._lock:
+            self._inference_count += rows
+            self._success.count += count
+            self._success.ns += request_total
+            self._queue_ns += queue_total
+            self._compute_input_ns += compute_input_ns * count
+            self._compute_infer_ns += compute_infer_ns * count
+            self._compute_output_ns += compute_output_ns * count
+            self._request_us += request_us
+            self._queue_us += queue_us
+            self._compute_input_us += compute_input_ns // 1000 * count
+            self._compute_infer_us += compute_infer_ns // 1000 * count
+            self._compute_output_us += compute_output_ns // 1000 * count
 
     def record_execution(
         self, *, batch_rows: int, compute_input_ns: int, compute_infer_ns: int, compute_output_ns: int

@@ -112,6 +112,13 @@ class InferRequest:
     response_sender: Callable[[InferResponse, bool], None] | None = None
     # Filled by the server as the request moves (ns): queue, compute_input/infer/output.
     timing: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # An ensemble step carrying the rows of several ensemble requests as one request: the rows of
+    # each, in order. The model's statistics count it as that many requests; () is one request.
+    carried_rows: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    def counted_requests(self) -> int:
+        """How many requests this one counts as in the statistics (more than 1 when carried)."""
+        return len(self.carried_rows) or 1
 
     def batch_size(self, batching: bool) -> int:
         """Rows this request adds to a batch: the first dim of its inputs, or 1 without batching."""
