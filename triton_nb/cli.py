@@ -111,6 +111,9 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("--execution-env", default=None,
                         help="conda-pack archive for the preprocessing model's EXECUTION_ENV_PATH, or 'pack'")
     export.add_argument("--overwrite", action="store_true", help="replace an existing repository")
+    export.add_argument("--warmup", action="store_true",
+                        help="add model_warmup samples (a TabFormer transaction, a row of zeros) that run on every "
+                             "instance before the models are READY")
 
     validate = commands.add_parser("validate", help="check a model repository as Triton would")
     validate.add_argument("repository", type=Path)
@@ -178,6 +181,15 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
                        help="largest request body (HTTP, after decompression) and gRPC message")
     serve.add_argument("--max-tensor-elements", type=_positive_int, default=16 * 1024 * 1024,
                        help="the most elements one tensor of a network request may declare")
+    serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
+                       help="Triton's response cache: local,size=BYTES (the local cache only; repeatable, one "
+                            "setting each); models use it with response_cache { enable: true }")
+    serve.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
+                       help="Triton's rate limiter: execution_count runs an instance only when the resources its "
+                            "instance group's rate_limiter names are free (off: rate_limiter blocks are ignored)")
+    serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
+                       help="copies of a rate limiter resource, on one device or all (default: the most any loaded "
+                            "instance needs); repeatable")
 
 
 # perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
@@ -422,6 +434,7 @@ def _export(args: argparse.Namespace) -> None:
     out = export_fraud_repository(
         model, args.out, model_backend=args.model_backend, batching=batching, predict_proba=args.predict_proba,
         treeshap_output=args.treeshap_output, execution_env=args.execution_env, overwrite=args.overwrite,
+        warmup=args.warmup,
     )
     print(f"wrote the model repository {out}/ (preprocessing, fil [{args.model_backend}], ensemble)")
 
@@ -447,6 +460,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise TritonNBError("--load-model needs --model-control-mode=explicit")
     if not (args.allow_http or args.allow_grpc):
         raise TritonNBError("at least one of HTTP and gRPC must be allowed")
+    cache_size_bytes = None
+    if args.cache_config:
+        from triton_nb.server.cache import parse_cache_config
+
+        cache_size_bytes = parse_cache_config(args.cache_config)  # a refused cache name stops here, before any port
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     server = serve(
@@ -461,7 +479,8 @@ def _serve(args: argparse.Namespace) -> int:
         http_read_timeout_secs=args.http_read_timeout_secs,
         http_timeout_keep_alive_secs=args.http_timeout_keep_alive_secs,
         max_pending_requests=args.max_pending_requests, max_string_bytes=args.max_string_bytes,
-        grpc_restricted_api=args.grpc_restricted_api,
+        grpc_restricted_api=args.grpc_restricted_api, cache_size_bytes=cache_size_bytes,
+        rate_limit=args.rate_limit, rate_limit_resources=args.rate_limit_resource,
         # tritonserver's explicit mode is network model control; so it is here
         network_model_control=args.model_control_mode == "explicit",
     )

@@ -45,7 +45,9 @@ class InferenceServer(Server):
 def serve(model_repository: str | os.PathLike[str], **options: Any) -> InferenceServer:
     """Start an in-process server on a model repository and return it, running.
 
-    Options are :class:`InferenceServer`'s. The server runs on its own threads; the calling
-    thread (a notebook cell) returns at once. Use it as a context manager, or call ``stop()``.
+    Options are :class:`InferenceServer`'s (``cache_size_bytes=N``, for one, gives it Triton's
+    response cache, which models with ``response_cache { enable: true }`` use). The server runs on
+    its own threads; the calling thread (a notebook cell) returns at once. Use it as a context
+    manager, or call ``stop()``.
     """
     return InferenceServer(model_repository, **options).start()

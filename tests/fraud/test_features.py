@@ -425,17 +425,23 @@ def messy_rows(sample: pd.DataFrame, n_rows: int) -> pd.DataFrame:
     return messy
 
 
-def test_large_triton_batches_take_the_hash_path_and_agree(sample, fitted):
-    # >= 256 rows of object bytes use a hash lookup instead of a binary search; misses
-    # (padded, "X.0", leading zeros, unseen, missing) must still come out as the rules say.
+def test_large_triton_batches_agree_before_and_after_their_values_are_learned(sample):
+    # Large batches of object bytes are looked up in the spellings seen so far; new values
+    # (padded, "X.0", leading zeros, unseen, missing) must come out as the rules say, the first
+    # time (judged by the rules) and every time after (looked up).
     from triton_nb.fraud import encoding
 
+    fitted = FraudPreprocessor().fit(sample)  # its own: nothing learned yet
     batch = messy_rows(sample, 600)
     triton_style = as_triton_request(batch)  # Zip as "91750.0"
     triton_style["MCC"][7::17, 0] = b" 0005411 "
-    assert len(batch) >= encoding._HASH_LOOKUP_MIN_ROWS
+    assert len(batch) > encoding._ROW_PATH_MAX_ROWS
     expected = reference(batch.assign(MCC=[b" 0005411 " if i % 17 == 7 else v for i, v in enumerate(batch["MCC"])]),
                          fitted.classes_)
+    lookup = fitted._encoder._lookup["MCC"]
+    assert b" 0005411 " not in lookup.seen
+    np.testing.assert_array_equal(fitted.transform(triton_style), expected)
+    assert lookup.seen[b" 0005411 "] == code_of(fitted, "MCC", "5411")  # learned
     np.testing.assert_array_equal(fitted.transform(triton_style), expected)
     np.testing.assert_array_equal(fitted.transform(triton_style)[:200], fitted.transform(
         {k: v[:200] for k, v in triton_style.items()}))

@@ -41,6 +41,8 @@ def started(shell, magics, tmp_path_factory):
     repo = tmp_path_factory.mktemp("magics-repo")
     write_scale_model(repo)
     write_scale_model(repo, name="triple", factor=3.0)
+    with (repo / "triple" / "config.pbtxt").open("a") as config:  # a knob Triton ignores on CPU
+        config.write("optimization { cuda { graphs: true } }\n")
     shell.run_line_magic("triton", f"start {repo} --http-port 0 --grpc-port 0")
     yield magics.server
     if magics.server is not None:
@@ -73,8 +75,11 @@ def test_loading_twice_registers_once(shell, magics):
 def test_start_status_config_and_model_control(shell, started, capsys):
     assert shell.user_ns["triton_server"] is started and started.http_port and started.grpc_port
     status = shell.run_line_magic("triton", "status")
-    assert list(status.columns) == ["model", "version", "state", "reason", "queue_depth", "requests_served"]
+    assert list(status.columns) == ["model", "version", "state", "reason", "queue_depth", "requests_served",
+                                    "warnings"]
     assert set(status["model"]) == {"scale", "triple"} and (status["state"] == "READY").all()
+    warnings = status.set_index("model")["warnings"]
+    assert warnings["scale"] == "" and warnings["triple"].startswith("optimization.cuda: has no effect here")
     shell.run_line_magic("triton", "config scale")
     assert 'name: "scale"' in capsys.readouterr().out
     status = shell.run_line_magic("triton", "unload triple")

@@ -428,3 +428,40 @@ def test_a_model_that_hangs_answers_with_timeouts_and_the_server_still_stops(rep
     assert not stopping.is_alive(), "stop() hung on a model that hangs"
     with pytest.raises(UnavailableError, match=r"did not finish the request|unloaded before the request ran"):
         stuck.get_result(timeout=5)
+
+
+COUNTED_LOADS_MODEL = '''
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Y = X; every initialize appends a line to the file 'loads' in the model folder."""
+
+    def initialize(self, args):
+        with open(os.path.join(args["model_repository"], "loads"), "a") as loads:
+            loads.write("loaded\\n")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
+                                                            .as_numpy())]) for r in requests]
+'''
+
+
+def test_a_composing_model_loaded_by_its_ensemble_at_start_is_not_loaded_again(tmp_path):
+    """The start loads the repository in name order; 'alpha' (an ensemble) loads 'zeta' first."""
+    config = ('name: "zeta" backend: "python" max_batch_size: 8 '
+              'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ] '
+              'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]')
+    folder = write_python_model(tmp_path, "zeta", config, COUNTED_LOADS_MODEL)
+    (tmp_path / "alpha" / "1").mkdir(parents=True)
+    (tmp_path / "alpha" / "config.pbtxt").write_text(
+        'name: "alpha" platform: "ensemble" max_batch_size: 8 '
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ] '
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ] '
+        'ensemble_scheduling { step [ { model_name: "zeta" model_version: -1 input_map { key: "X" value: "X" } '
+        'output_map { key: "Y" value: "Y" } } ] }')
+    with serve(tmp_path) as server:
+        np.testing.assert_array_equal(server.client().infer("alpha", {"X": x()}).as_numpy("Y"), x())
+    assert (folder / "loads").read_text().splitlines() == ["loaded"]

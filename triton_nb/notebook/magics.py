@@ -306,8 +306,10 @@ class TritonMagics(Magics):
                 depth = math.nan
             rows.append({"model": name, "version": version, "state": state or "NOT LOADED",
                          "reason": entry.get("reason", ""), "queue_depth": depth,
-                         "requests_served": served.get((name, version), 0)})
-        return pd.DataFrame(rows, columns=["model", "version", "state", "reason", "queue_depth", "requests_served"])
+                         "requests_served": served.get((name, version), 0),
+                         "warnings": "; ".join(server.config_warnings(name))})
+        return pd.DataFrame(rows, columns=["model", "version", "state", "reason", "queue_depth", "requests_served",
+                                           "warnings"])
 
     # ------------------------------------------------------------------ %triton
     @magic_arguments()

@@ -2,16 +2,18 @@
 
 An ipywidgets panel over a running in-kernel server. Controls set the tuned model's batching knobs
 (max batch size, queue delay, preferred batch sizes, instance count; FIL engine parameters for a
-FIL model) and the load (concurrency or request rate, protocol, measurement length):
+FIL model; its response cache on a server started with ``cache_size_bytes``) and the load
+(concurrency or request rate, protocol, measurement length, the share of repeated requests):
 
 * **Apply** changes the serving model live (``update_batching``: from the next batch, no reload, no
-  request dropped); changed FIL parameters reload the model beside the serving one (in the
-  background thread).
+  request dropped; ``update_response_cache`` for the response cache); changed FIL parameters reload
+  the model beside the serving one (in the background thread).
 * **Measure** runs :func:`triton_nb.perf.measure` at the current load in a background thread (the
   kernel stays responsive) and adds a point — one per click — to the plot and the table; earlier
   configs stay on the plot for comparison.
-* **Sweep** runs :func:`triton_nb.perf.tune` over the delays and instance counts typed in, adding
-  points as they are measured; the original config comes back at the end.
+* **Sweep** runs :func:`triton_nb.perf.tune` over the delays and instance counts typed in (and the
+  response cache off and on, when ticked), adding points as they are measured; the original config
+  comes back at the end.
 * **Save config** writes ``config.pbtxt`` into the repository folder of the tuned model: the sweep's
   recommendation when the latest action was a sweep that found one, else the knobs in force.
 
@@ -80,7 +82,9 @@ class Tuner:
     """The tuning panel for ``model`` served by an in-kernel ``server`` (see the module).
 
     ``tuned_model``: the model whose knobs change; by default ``model`` itself, or for an ensemble
-    its last step. ``input_data``: what the measurements send (as :func:`triton_nb.perf.measure`).
+    its last step. ``input_data``: what the measurements send (as :func:`triton_nb.perf.measure`);
+    ``repeat_ratio``: the initial share of repeated requests (the "repeated requests" control,
+    :func:`triton_nb.perf.measure`'s ``repeat_ratio``), for measuring the response cache.
 
     For code and tests: :attr:`widget` (the root VBox), :attr:`controls` and :attr:`buttons`
     (name -> widget), :attr:`points` (a DataFrame, one row per measured point), :attr:`status`,
@@ -88,10 +92,13 @@ class Tuner:
     """
 
     def __init__(self, server: Any, model: str, *, tuned_model: str | None = None,
-                 input_data: Any = "random") -> None:
+                 input_data: Any = "random", repeat_ratio: float = 0.0) -> None:
         self.server = server
         self.model = model
         self.input_data = input_data
+        self.repeat_ratio = repeat_ratio
+        # the response cache knob needs a server with a cache
+        self.cache = getattr(server, "cache_size_bytes", None) is not None
         self.tuned_model = tuned_model or self._default_tuned_model(model)
         loaded = server.input_config(self.tuned_model)  # the configured config: its limits
         self.batching = loaded.max_batch_size > 0
@@ -120,6 +127,8 @@ class Tuner:
         """The tuned model's knobs in force now (the ones this panel can change)."""
         config = self.server.model_config_json(self.tuned_model)
         names = list(BATCHING_KNOBS) if self.batching else ["instance_count"]
+        if self.cache:
+            names.append("response_cache")
         if self.fil:
             names += [f"parameters.{key}" for key in FIL_OPTIONS]
         knobs = knobs_of(config, names)
@@ -145,6 +154,11 @@ class Tuner:
         c["instance_count"] = w.IntSlider(
             value=min(max(1, knobs["instance_count"]), _MAX_INSTANCES), min=1, max=_MAX_INSTANCES,
             description="instances", style=style, layout=layout)
+        c["response_cache"] = w.Checkbox(
+            value=bool(knobs.get("response_cache", False)), description="response cache", style=style,
+            layout=layout, disabled=not self.cache,
+            tooltip="response_cache { enable } of the tuned model" if self.cache
+            else "the server has no response cache (start it with cache_size_bytes=N)")
         if self.fil:
             for key, options in FIL_OPTIONS.items():
                 c[f"parameters.{key}"] = w.Dropdown(
@@ -162,9 +176,13 @@ class Tuner:
         c["measurement_interval_ms"] = w.BoundedIntText(value=1000, min=50, max=60_000,
                                                         description="measurement (ms)", style=style, layout=layout)
         c["max_trials"] = w.IntSlider(value=3, min=1, max=10, description="max windows", style=style, layout=layout)
+        c["repeat_ratio"] = w.BoundedFloatText(value=self.repeat_ratio, min=0.0, max=0.99, step=0.05,
+                                               description="repeated requests", style=style, layout=layout)
         c["sweep_delays"] = w.Text(value="0,100,500", description="sweep delays (µs)", style=style, layout=layout,
                                    disabled=not self.batching)
         c["sweep_instances"] = w.Text(value="1,2", description="sweep instances", style=style, layout=layout)
+        c["sweep_cache"] = w.Checkbox(value=False, description="sweep cache off/on", style=style, layout=layout,
+                                      disabled=not self.cache)
         self.controls = c
 
         self.buttons = {
@@ -186,10 +204,11 @@ class Tuner:
         self.table = w.HTML(value="")
         title = self.model if self.tuned_model == self.model else f"{self.model} (tuning {self.tuned_model})"
         knob_box = w.VBox([c[n] for n in ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size",
-                                          "instance_count")] + [c[n] for n in c if n.startswith("parameters.")])
+                                          "instance_count", "response_cache")]
+                          + [c[n] for n in c if n.startswith("parameters.")])
         load_box = w.VBox([c[n] for n in ("load", "concurrency", "request_rate", "protocol",
-                                          "measurement_interval_ms", "max_trials", "sweep_delays",
-                                          "sweep_instances")])
+                                          "measurement_interval_ms", "max_trials", "repeat_ratio", "sweep_delays",
+                                          "sweep_instances", "sweep_cache")])
         self.widget = w.VBox([
             w.HTML(value=f"<b>Tuning {html.escape(title)}</b>"),
             w.HBox([knob_box, load_box]),
@@ -285,6 +304,8 @@ class Tuner:
             knobs.update(max_batch_size=mbs, max_queue_delay_microseconds=int(c["max_queue_delay_microseconds"].value),
                          preferred_batch_size=preferred)
         knobs["instance_count"] = int(c["instance_count"].value)
+        if self.cache:
+            knobs["response_cache"] = bool(c["response_cache"].value)
         return knobs
 
     def _fil_from_controls(self) -> dict[str, str]:
@@ -296,10 +317,13 @@ class Tuner:
             return {"concurrency_range": [int(c["concurrency"].value)]}
         return {"request_rate_range": [float(c["request_rate"].value)]}
 
-    def _timing(self) -> dict[str, int]:
+    def _timing(self) -> dict[str, Any]:
         interval = int(self.controls["measurement_interval_ms"].value)
+        ratio = float(self.controls["repeat_ratio"].value)
+        if not 0.0 <= ratio < 1.0:
+            raise InvalidArgumentError(f"repeated requests: {ratio} must be at least 0 and below 1")
         return {"measurement_interval_ms": interval, "max_trials": int(self.controls["max_trials"].value),
-                "warmup_ms": min(interval, 1000)}
+                "warmup_ms": min(interval, 1000), "repeat_ratio": ratio}
 
     # ------------------------------------------------------------------ actions
     def _on_apply(self) -> None:
@@ -310,8 +334,13 @@ class Tuner:
         live = self._live_knobs()
         reload = {k: v for k, v in params.items() if live.get(k) != v}
 
+        cache = knobs.pop("response_cache", None)
+
         def update() -> dict[str, Any]:
-            return self.server.update_batching(self.tuned_model, **knobs)
+            now = self.server.update_batching(self.tuned_model, **knobs)
+            if cache is not None:
+                now["response_cache"] = self.server.update_response_cache(self.tuned_model, enable=cache)
+            return now
 
         self.result = None
         if not reload:
@@ -329,7 +358,7 @@ class Tuner:
         self._start("reload", work)
 
     def _shown(self, knobs: dict[str, Any]) -> dict[str, Any]:
-        names = BATCHING_KNOBS if self.batching else ("instance_count",)
+        names = (*(BATCHING_KNOBS if self.batching else ("instance_count",)), "response_cache")
         return {n: knobs[n] for n in names if n in knobs}
 
     def _on_measure(self) -> None:
@@ -365,6 +394,8 @@ class Tuner:
         instances = _int_list(self.controls["sweep_instances"].value, "sweep instances", minimum=1)
         if instances:
             grid["instance_count"] = instances
+        if self.cache and self.controls["sweep_cache"].value:
+            grid["response_cache"] = [False, True]
         if not grid:
             raise InvalidArgumentError("give sweep delays and/or instance counts, e.g. '0,100,500' and '1,2'")
         concurrency = int(self.controls["concurrency"].value)

@@ -4,7 +4,8 @@
 form): a column per input (scalars, or lists per row), or ``NAME_0..k`` columns for an input with
 several values per row; text becomes numbers where the input is numeric. ``%%triton_infer`` and the
 measurements both use it. Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
-shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format; and the
+shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format (optionally with a share of them
+repeated, for a response cache: ``repeat_ratio``); and the
 same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``), so the
 load generator spends no time serializing."""
 
@@ -34,6 +35,7 @@ __all__ = [
     "request_inputs",
     "to_datatype",
     "values_to_inputs",
+    "with_repeats",
 ]
 
 InputData = pd.DataFrame | dict | str | os.PathLike | None
@@ -241,11 +243,26 @@ def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[
 
 
 def request_inputs(config: dict[str, Any], input_data: InputData = "random", rows_per_request: int = 1,
-                   count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
+                   count: int = 16, seed: int = 0, repeat_ratio: float = 0.0) -> list[dict[str, np.ndarray]]:
     """Up to ``count`` distinct requests of ``rows_per_request`` rows for the model whose config
     (Triton's JSON form) is given. ``input_data``: a DataFrame (columns matched to inputs by
     name), ``"fraud"`` (generated TabFormer transactions), ``"random"``, ``"zero"``, or the path of
-    a JSON file in perf_analyzer's format."""
+    a JSON file in perf_analyzer's format.
+
+    ``repeat_ratio`` (0 <= r < 1): exactly ``count`` requests, of which ``round(count * (1 - r))``
+    are distinct (the first ones the data gives) and the rest repeat requests that came earlier in
+    the sequence (the same objects), spread evenly: sent in order to a server with a response
+    cache large enough, a share ``r`` of them are hits (see :func:`with_repeats`)."""
+    if not 0.0 <= repeat_ratio < 1.0:
+        raise InvalidArgumentError(f"repeat_ratio must be at least 0 and below 1, got {repeat_ratio}")
+    if repeat_ratio:
+        distinct = max(1, round(count * (1.0 - repeat_ratio)))
+        unique = request_inputs(config, input_data, rows_per_request, distinct, seed)[:distinct]
+        if len(unique) < distinct:
+            raise InvalidArgumentError(
+                f"repeat_ratio {repeat_ratio} over {count} requests needs {distinct} distinct requests; the input "
+                f"data gives {len(unique)} (give more rows, or a smaller request count)")
+        return with_repeats(unique, count, seed)
     if rows_per_request < 1:
         raise InvalidArgumentError(f"rows_per_request must be >= 1, got {rows_per_request}")
     if rows_per_request > 1 and not _batched(config):
@@ -264,6 +281,25 @@ def request_inputs(config: dict[str, Any], input_data: InputData = "random", row
         return _from_json_file(config, Path(input_data), rows_per_request)
     raise InvalidArgumentError(
         f"input_data must be a DataFrame, 'fraud', 'random', 'zero' or a JSON file path, got {input_data!r}")
+
+
+def with_repeats(distinct: list[Any], count: int, seed: int = 0) -> list[Any]:
+    """A sequence of ``count`` items in which every item of ``distinct`` appears, its first
+    appearance before any repeat of it, new items spread evenly along the sequence and each other
+    place a repeat of an item already seen (drawn with ``seed``): sent in order to a cache, the
+    repeats are the ``count - len(distinct)`` hits."""
+    if not distinct or count < len(distinct):
+        raise InvalidArgumentError(f"with_repeats: {len(distinct)} distinct items do not fit {count} places")
+    generator = np.random.default_rng(seed)
+    sequence: list[Any] = []
+    seen = 0
+    for place in range(count):
+        if seen < math.ceil((place + 1) * len(distinct) / count):
+            sequence.append(distinct[seen])
+            seen += 1
+        else:
+            sequence.append(distinct[int(generator.integers(seen))])
+    return sequence
 
 
 def encode_http(model: str, inputs: dict[str, np.ndarray]) -> tuple[bytes, int]:

@@ -5,8 +5,10 @@ windows follow one another (by time, or by a count of completed requests) until 
 agree within ``stability_percentage`` on throughput and latency, or ``max_trials`` windows have
 passed. The level's figures are those of the last three windows together: throughput, average and
 p50/p90/p95/p99 latency as the client saw it, and the server's side of it from the difference of
-two statistics snapshots — queue, compute input, compute infer, compute output — with the rest of
-the client's latency as "network + server send/receive", as perf_analyzer reports it.
+two statistics snapshots — queue, compute input, compute infer, compute output, and with a response
+cache the hit and miss time — with the rest of the client's latency as "network + server
+send/receive", as perf_analyzer reports it. ``repeat_ratio`` makes a share of the requests repeat
+earlier ones, for measuring a server's response cache.
 
 The load generator sends requests encoded once, before the measurement, and does not decode the
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
@@ -83,6 +85,8 @@ def measure(
     percentile: int | None = None,
     warmup_ms: int | None = None,
     progress: bool = False,
+    repeat_ratio: float = 0.0,
+    request_count: int | None = None,
 ) -> pd.DataFrame:
     """Measure ``model`` at each load level; one row per level (see the module's docstring).
 
@@ -92,6 +96,14 @@ def measure(
     one number. ``percentile``: judge stability on that latency percentile instead of the average
     (perf_analyzer's ``--percentile``). ``measurement_request_count``: windows end after that many
     completions instead of after ``measurement_interval_ms``.
+
+    ``request_count``: how many requests the load cycles through (default 16, or 100 with
+    ``repeat_ratio``). ``repeat_ratio``: the share of them that repeat an earlier one of the
+    sequence, for measuring a server's response cache: on the first pass through the sequence that
+    share of requests can hit the cache; later passes repeat every request, so for a sustained ratio
+    make ``request_count`` larger than the requests a measurement sends. Each row reports what the
+    server saw: ``cache_hit_ratio`` (the model's requests answered from its cache) and the hit and
+    miss time per request (``server_cache_hit_us``, ``server_cache_miss_us``).
     """
     mode, levels = _levels(concurrency_range, request_rate_range)
     if percentile is not None and percentile not in PERCENTILES:
@@ -102,7 +114,9 @@ def measure(
         raise InvalidArgumentError("measurement_interval_ms, max_trials and stability_percentage must be > 0")
     resolved = make_target(target, protocol)
     config = resolved.config(model)
-    requests = request_inputs(config, input_data, rows_per_request)
+    if request_count is None:
+        request_count = 100 if repeat_ratio else 16
+    requests = request_inputs(config, input_data, rows_per_request, count=request_count, repeat_ratio=repeat_ratio)
     composing = _composing(config)
     warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
     rows = []
@@ -184,6 +198,9 @@ def _measure_level(target: Any, model: str, requests: list, load_kwargs: dict[st
         "rows_per_request": rows_per_request,
         "server_requests": breakdown.requests,
         "server_request_us": breakdown.request_us,
+        "server_cache_hit_us": breakdown.cache_hit_us,
+        "server_cache_miss_us": breakdown.cache_miss_us,
+        "cache_hit_ratio": breakdown.cache_hit_ratio,
         "batch_sizes": breakdown.batch_sizes,
     }
 

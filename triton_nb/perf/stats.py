@@ -154,10 +154,21 @@ class ServerBreakdown:
     compute_infer_us: float
     compute_output_us: float
     batch_sizes: dict[int, int]
+    #: the response cache: the requests answered from it, and hit and miss time per request (µs),
+    #: part of the server's time as perf_analyzer counts it ("queue + cache hit/miss + compute")
+    cache_hits: int = 0
+    cache_hit_us: float = 0.0
+    cache_miss_us: float = 0.0
 
     @property
     def server_us(self) -> float:
-        return self.queue_us + self.compute_input_us + self.compute_infer_us + self.compute_output_us
+        return (self.queue_us + self.cache_hit_us + self.cache_miss_us + self.compute_input_us
+                + self.compute_infer_us + self.compute_output_us)
+
+    @property
+    def cache_hit_ratio(self) -> float:
+        """The share of the model's successful requests answered from the cache (0 without one)."""
+        return self.cache_hits / self.requests if self.requests else 0.0
 
 
 def _model_entries(statistics: dict[str, Any], names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -207,7 +218,12 @@ def server_breakdown(before: dict[str, Any], after: dict[str, Any], model: str,
             grown = int(entry["compute_infer"]["count"]) - earlier.get(entry["batch_size"], 0)
             if grown > 0 and name == sources[-1]:  # the batch sizes of the last step (or the model)
                 batch_sizes[int(entry["batch_size"])] = grown
+    hits, hit_ns = delta(model, "cache_hit")
+    _, miss_ns = delta(model, "cache_miss")
     return ServerBreakdown(
+        cache_hits=hits,
+        cache_hit_us=hit_ns / requests / 1e3 if requests else 0.0,
+        cache_miss_us=miss_ns / requests / 1e3 if requests else 0.0,
         requests=requests,
         request_us=request_ns / requests / 1e3 if requests else 0.0,
         queue_us=parts["queue"],

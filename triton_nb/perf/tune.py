@@ -11,8 +11,10 @@ measured is kept.
 
 Knobs: ``max_batch_size``, ``max_queue_delay_microseconds``, ``preferred_batch_size`` (a tuple per
 value), ``instance_count``, ``dynamic_batching`` (True/False: the dynamic batcher on, or Triton's
-default scheduler, one request per execution), and any ``parameters.<key>`` (FIL engine parameters,
-for instance).
+default scheduler, one request per execution), ``response_cache`` (True/False: the model's
+``response_cache { enable }``, live on the in-kernel server, which needs ``cache_size_bytes``; measure
+it with ``repeat_ratio`` so that requests repeat), and any ``parameters.<key>`` (FIL engine
+parameters, for instance).
 
 An ensemble's composing models can be tuned together (``tuned_model=["preprocessing", "fil"]``: each
 candidate's knob values apply to every one of them), as Model Analyzer searches an ensemble's
@@ -42,10 +44,11 @@ from triton_nb.perf.stats import parse_range
 __all__ = ["BATCHING_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "TuneResult", "config_label", "config_with_knobs", "tune"]
 
 BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
-# Knobs the in-kernel server changes live, without a reload.
-LIVE_KNOBS = (*BATCHING_KNOBS, "dynamic_batching")
+# Knobs the in-kernel server changes live, without a reload (response_cache through
+# update_response_cache, the others through update_batching).
+LIVE_KNOBS = (*BATCHING_KNOBS, "dynamic_batching", "response_cache")
 _SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
-          "instance_count": "instances", "dynamic_batching": "batching"}
+          "instance_count": "instances", "dynamic_batching": "batching", "response_cache": "cache"}
 #: The label of the baseline config that ``no_batching_baseline`` adds.
 NO_BATCHING = "dynamic batching off"
 EARLY_STOP_STEPS = 4
@@ -69,6 +72,8 @@ def config_with_knobs(config: dict[str, Any], knobs: dict[str, Any]) -> dict[str
                 out.pop("dynamic_batching", None)
             else:
                 out.setdefault("dynamic_batching", {})
+        elif name == "response_cache":
+            out["response_cache"] = {"enable": bool(value)}
         elif name == "max_queue_delay_microseconds":
             out.setdefault("dynamic_batching", {})["max_queue_delay_microseconds"] = int(value)
         elif name == "preferred_batch_size":
@@ -92,6 +97,8 @@ def knobs_of(config: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
             values[name] = int(config.get("max_batch_size", 0))
         elif name == "dynamic_batching":
             values[name] = "dynamic_batching" in config
+        elif name == "response_cache":
+            values[name] = bool(config.get("response_cache", {}).get("enable", False))
         elif name == "max_queue_delay_microseconds":
             values[name] = int(batching.get("max_queue_delay_microseconds", 0))
         elif name == "preferred_batch_size":
@@ -161,6 +168,7 @@ class _Applier:
         self.model = model
         self.original = target.config(model)
         self._reloaded = False
+        self._cache_set = False  # response_cache changed live (restored at the end)
 
     def apply(self, knobs: dict[str, Any]) -> None:
         from triton_nb.perf.load import ServerTarget
@@ -173,8 +181,12 @@ class _Applier:
                 if current != others:
                     server.load_model(self.model, config=config_with_knobs(self.original, knobs))
                     self._reloaded = True
+            if "response_cache" in knobs:
+                # each config starts cold: entries of an earlier config would make its first pass hit
+                server.update_response_cache(self.model, enable=bool(knobs["response_cache"]), drop_entries=True)
+                self._cache_set = True
             batching = {k: (list(v) if k == "preferred_batch_size" else v)
-                        for k, v in knobs.items() if k in LIVE_KNOBS}
+                        for k, v in knobs.items() if k in LIVE_KNOBS and k != "response_cache"}
             if "dynamic_batching" not in batching and "dynamic_batching" in self.original:
                 batching["dynamic_batching"] = True  # a baseline measured before may have turned it off
             if batching.get("dynamic_batching") is False:
@@ -193,6 +205,9 @@ class _Applier:
         if isinstance(self.target, ServerTarget):
             if self._reloaded:
                 self.target.server.load_model(self.model, config=self.original)
+            if self._cache_set:
+                self.target.server.update_response_cache(
+                    self.model, enable=knobs_of(self.original, ["response_cache"])["response_cache"])
             values = knobs_of(self.original, BATCHING_KNOBS)
             if self.original.get("max_batch_size", 0) > 0 and "dynamic_batching" in self.original:
                 self.target.server.update_batching(
@@ -239,6 +254,8 @@ def tune(
     protocol: str | None = None,
     input_data: Any = "random",
     rows_per_request: int = 1,
+    repeat_ratio: float = 0.0,
+    request_count: int | None = None,
     measurement_interval_ms: int = 2000,
     max_trials: int = 5,
     early_stop: bool = True,
@@ -256,6 +273,8 @@ def tune(
     ``latency_percentile`` latency, and ``min_throughput`` (infer/s). ``on_point`` is called with
     each measured point (the tuning panel's live plot). ``no_batching_baseline``: measure the tuned
     models with dynamic batching off too, first (see :attr:`TuneResult.batching_gain`).
+    ``repeat_ratio`` and ``request_count``: the requests' repetition, as :func:`~triton_nb.perf.measure`
+    takes them (for the ``response_cache`` knob).
     """
     if not knobs:
         raise InvalidArgumentError("give at least one knob to vary")
@@ -302,7 +321,8 @@ def tune(
         config_points = []
         for level in levels:
             frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
-                            rows_per_request=rows_per_request, measurement_interval_ms=measurement_interval_ms,
+                            rows_per_request=rows_per_request, repeat_ratio=repeat_ratio,
+                            request_count=request_count, measurement_interval_ms=measurement_interval_ms,
                             max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
             row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
             points.append(row)

@@ -28,6 +28,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
+from triton_nb.repository.fields import check_fields
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -208,7 +209,11 @@ def effective_config(
     ``name`` defaults to the model folder's name; ``version_policy`` to ``latest { num_versions:
     1 }``; a non-ensemble model without instance groups gets one group of count 1, and each
     group's ``count`` (0 -> 1), ``kind`` (``KIND_AUTO`` -> GPU when a GPU is there, else CPU) and
-    ``name`` are filled in; ``onnxruntime_onnx`` and ``onnxruntime`` imply each other.
+    ``name`` are filled in; ``onnxruntime_onnx`` and ``onnxruntime`` imply each other; a
+    non-ensemble model's ``optimization`` gets Triton's pinned-memory defaults (``enable: true``
+    for input and output, unless set), a Python model ``default_model_filename: "model.py"`` and
+    an ensemble an empty ``model_transaction_policy``, so that the config has the fields real
+    Triton's has.
     """
     effective = ModelConfig()
     effective.CopyFrom(config)
@@ -226,7 +231,15 @@ def effective_config(
         effective.backend = "onnxruntime"
     elif effective.backend == "onnxruntime" and not effective.platform:
         effective.platform = "onnxruntime_onnx"
-    if not is_ensemble(effective):
+    if is_ensemble(effective):
+        effective.model_transaction_policy.SetInParent()  # Triton shows {"decoupled": false} for ensembles
+    else:
+        if effective.backend == "python" and not effective.default_model_filename:
+            effective.default_model_filename = "model.py"  # the Python backend's auto-complete sets it
+        # Triton's own defaults, which its config JSON shows: pinned host buffers for GPU copies
+        for pinned in ("input_pinned_memory", "output_pinned_memory"):
+            if not effective.optimization.HasField(pinned):
+                getattr(effective.optimization, pinned).enable = True
         default_kind = mc.ModelInstanceGroup.KIND_GPU if gpu_available else mc.ModelInstanceGroup.KIND_CPU
         if not effective.instance_group:
             group = effective.instance_group.add()
@@ -319,6 +332,8 @@ def check_model_config(config: ModelConfig, model: str, file: str = CONFIG_FILEN
     elif config.backend != "onnxruntime":
         problem("backend", f"backend '{config.backend}' is not one triton_nb serves "
                 "(fil, python, onnxruntime, or platform ensemble)", severity="warning")
+    for finding in check_fields(config):  # nothing set is ignored without a word
+        problem(finding.field, finding.message, severity=finding.severity)
     return problems
 
 

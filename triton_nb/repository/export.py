@@ -13,6 +13,11 @@ the same requests work against it and against the original deployment:
   (``"onnxruntime"``);
 * ``ensemble/`` — preprocessing then fil: the 14 inputs -> ``predictions`` FP32 [1].
 
+With ``warmup=True`` the two composing models get a ``model_warmup`` sample that Triton (and
+triton_nb) runs on every instance before the model is READY: preprocessing one realistic
+TabFormer transaction (``warmup/*.bin``, one ``input_data_file`` per input), the trees one row of
+zeros. (Triton forbids warm-up on an ensemble.)
+
 The repository is written to a temporary folder beside the target, validated, and only then
 moved into place: a failure leaves no half-written repository behind.
 """
@@ -20,6 +25,7 @@ moved into place: a failure leaves no half-written repository behind.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -29,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.backends.fil_semantics import FilSettings
@@ -39,12 +46,14 @@ from triton_nb.fraud.train import TrainedFraudModel
 from triton_nb.repository.config import ModelConfig, check_model_config, save_config
 from triton_nb.repository.tree_export import describe_tree_model, write_fil_model_file, write_onnx_model
 from triton_nb.repository.validate import errors_only, validate_repository
+from triton_nb.repository.warmup import add_file_sample, add_zero_sample
 
 __all__ = [
     "ENSEMBLE_MODEL",
     "MODEL_BACKENDS",
     "PREPROCESSING_MODEL",
     "TREE_MODEL",
+    "WARMUP_TRANSACTION",
     "BatchingOptions",
     "export_fraud_repository",
     "export_tree_model",
@@ -56,6 +65,16 @@ ENSEMBLE_MODEL = "ensemble"
 MODEL_BACKENDS = ("fil", "python", "onnxruntime")
 
 _INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
+
+#: The preprocessing's warm-up sample: the first transaction of TabFormer's card_transaction.v1.csv
+#: (its label column left out), one row as the 14 request tensors carry it.
+WARMUP_TRANSACTION: dict[str, float | str] = {
+    "User": 0, "Card": 0, "Year": 2002, "Month": 9, "Day": 1, "Time": "06:21", "Amount": "$134.09",
+    "Use Chip": "Swipe Transaction", "Merchant Name": "3527213246127876953", "Merchant City": "La Verne",
+    "Merchant State": "CA", "Zip": "91750.0", "MCC": "5300", "Errors?": "",
+}  # fmt: skip
+_PREPROCESSING_SAMPLE = "tabformer_transaction"
+_TREE_SAMPLE = "zeros"
 _EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
 
 
@@ -188,8 +207,19 @@ def _module_source(package: str, name: str) -> bytes:
     return resources.files(package).joinpath(name).read_bytes()
 
 
+def _warmup_filename(tensor: str) -> str:
+    """A plain file name for one input's warm-up data (``Errors?`` -> ``errors.bin``)."""
+    return re.sub(r"[^0-9a-z]+", "_", tensor.lower()).strip("_") + ".bin"
+
+
+def _add_preprocessing_warmup(config: ModelConfig, folder: Path) -> None:
+    values = {name: np.array([WARMUP_TRANSACTION[name]], dtype=np.float32 if name in FP32_INPUTS else object)
+              for name in RAW_INPUT_COLUMNS}
+    add_file_sample(config, folder, _PREPROCESSING_SAMPLE, values, {name: _warmup_filename(name) for name in values})
+
+
 def _write_preprocessing(folder: Path, model: TrainedFraudModel, batching: BatchingOptions,
-                         execution_env: str | os.PathLike[str] | None) -> None:
+                         execution_env: str | os.PathLike[str] | None, warmup: bool = False) -> None:
     version = folder / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_bytes(_template("preprocessing_model.py"))
@@ -197,7 +227,10 @@ def _write_preprocessing(folder: Path, model: TrainedFraudModel, batching: Batch
     (version / "fraud_safe_pickle.py").write_bytes(_module_source("triton_nb.fraud", "safe_pickle.py"))
     model.preprocessor.save_encoders(version)
     archive_name = _place_execution_env(folder, execution_env) if execution_env is not None else None
-    save_config(_preprocessing_config(batching, archive_name), folder)
+    config = _preprocessing_config(batching, archive_name)
+    if warmup:
+        _add_preprocessing_warmup(config, folder)
+    save_config(config, folder)
 
 
 def _place_execution_env(folder: Path, execution_env: str | os.PathLike[str]) -> str:
@@ -284,6 +317,7 @@ def export_fraud_repository(
     treeshap_output: bool = False,
     execution_env: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    warmup: bool = False,
 ) -> Path:
     """Write the fraud example's model repository (preprocessing, fil, ensemble) to ``out_dir``.
 
@@ -291,7 +325,9 @@ def export_fraud_repository(
     class at ``model.threshold``; ``treeshap_output=True`` adds per-feature SHAP values
     (``shap_values`` in the ensemble, bias last). ``execution_env`` packs the preprocessing
     environment for Triton's ``EXECUTION_ENV_PATH``: ``"pack"`` (conda-pack the running
-    conda environment) or the path of an archive made beforehand. Returns ``out_dir``.
+    conda environment) or the path of an archive made beforehand. ``warmup=True`` adds
+    ``model_warmup`` samples (see the module's docstring), so the first request after a load
+    does not pay for lazy initialisation. Returns ``out_dir``.
     """
     if model_backend not in MODEL_BACKENDS:
         raise InvalidArgumentError(f"model_backend must be one of {', '.join(MODEL_BACKENDS)}, got {model_backend!r}")
@@ -318,9 +354,12 @@ def export_fraud_repository(
     )
     out_dir = Path(out_dir)
     with _staged_directory(out_dir, overwrite) as staging:
-        _write_preprocessing(staging / PREPROCESSING_MODEL, model, batching, execution_env)
+        _write_preprocessing(staging / PREPROCESSING_MODEL, model, batching, execution_env, warmup)
         _write_tree_files(staging / TREE_MODEL / "1", booster, model_backend, settings, proba_width=1)
-        save_config(_tree_config(model_backend, settings, batching, num_features), staging / TREE_MODEL)
+        tree_config = _tree_config(model_backend, settings, batching, num_features)
+        if warmup:
+            add_zero_sample(tree_config, _TREE_SAMPLE, batch_size=1)
+        save_config(tree_config, staging / TREE_MODEL)
         ensemble = staging / ENSEMBLE_MODEL
         (ensemble / "1").mkdir(parents=True)
         save_config(_ensemble_config(batching.max_batch_size, treeshap_output, num_features), ensemble)

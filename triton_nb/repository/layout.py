@@ -16,8 +16,13 @@ from pathlib import Path
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.repository.config import CONFIG_FILENAME, ModelConfig, effective_config, load_config
+from triton_nb.repository.warmup import WARMUP_FOLDER
 
 __all__ = ["ModelEntry", "RepositoryScan", "scan_repository", "select_versions"]
+
+# Folders of a model that Triton reads for other purposes and never takes for versions
+# (model_lifecycle.cc VersionsToLoad: warm-up data, sequence initial state, config overrides).
+_TRITON_FOLDERS = frozenset({WARMUP_FOLDER, "initial_state", "configs"})
 
 
 @dataclass
@@ -47,7 +52,8 @@ class ModelEntry:
         return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
     def fingerprint(self, version: int) -> str:
-        """SHA-256 over the config file and the names and bytes of the version's files."""
+        """SHA-256 over the config file, the names and bytes of the version's files and those of
+        the warm-up data (``warmup/``), which the load reads too."""
         digest = hashlib.sha256()
         config_path = self.path / CONFIG_FILENAME
         if config_path.is_file():
@@ -55,6 +61,10 @@ class ModelEntry:
         root = self.version_path(version)
         for path in self.version_files(version):
             digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+        warmup = self.path / WARMUP_FOLDER
+        for path in sorted(p for p in warmup.rglob("*") if p.is_file()) if warmup.is_dir() else ():
+            digest.update(b"\1" + path.relative_to(warmup).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
         return digest.hexdigest()
 
@@ -93,7 +103,7 @@ def _scan_model(folder: Path) -> ModelEntry:
     except (InvalidArgumentError, NotFoundError) as exc:
         entry.error = str(exc)
     for child in sorted(folder.iterdir()):
-        if not child.is_dir() or child.name.startswith(".") or child.name == "__pycache__":
+        if not child.is_dir() or child.name.startswith(".") or child.name in ("__pycache__", *_TRITON_FOLDERS):
             continue
         if child.name.isdigit():
             entry.versions.append(int(child.name))

@@ -5,7 +5,7 @@ what needs the repository around a model: version folders and the files the back
 for ensembles the rules across models — every step model exists, every input of a step model is
 mapped exactly once, every ensemble output is written once, data types and shapes agree along
 each edge, the steps form no cycle, and the ensemble's max_batch_size is not above any
-composing model's.
+composing model's. Warm-up samples are checked by :func:`triton_nb.repository.warmup.check_warmup`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from triton_nb.repository.config import (
     model_filename,
 )
 from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository
+from triton_nb.repository.warmup import check_warmup
 
 __all__ = ["errors_only", "validate_repository"]
 
@@ -47,6 +48,7 @@ def _check_entry(entry: ModelEntry) -> list[Problem]:
     if entry.config is None:
         return [Problem(entry.name, CONFIG_FILENAME, "", entry.error or "missing")]
     problems = check_model_config(entry.config, entry.name)
+    problems.extend(check_warmup(entry.config, entry.name, entry.path))  # samples and their files
     for name in entry.ignored:
         problems.append(Problem(entry.name, f"{name}/", "", "not a numeric version folder; Triton ignores it",
                                 "warning"))

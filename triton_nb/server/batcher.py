@@ -182,8 +182,10 @@ class _Pending:
 class _Worker:
     """One model instance: a thread that owns the backend object and runs one batch at a time."""
 
-    def __init__(self, scheduler: Scheduler, instance: object, name: str) -> None:
+    def __init__(self, scheduler: Scheduler, instance: object, name: str,
+                 gate: contextlib.AbstractContextManager | None = None) -> None:
         self.instance = instance
+        self.gate = gate  # held around each batch: the rate limiter's (None: no rate limiting)
         self.retire = False
         self.running: list[_Pending] = []  # the batch it executes now (failed by a stop that times out)
         self.thread = threading.Thread(target=scheduler._work, args=(self,), name=name, daemon=True)
@@ -230,8 +232,9 @@ class Scheduler:
         self._dispatch_counter = itertools.count()
 
     # ------------------------------------------------------------------ instances
-    def add_instance(self, instance: object, name: str) -> None:
-        worker = _Worker(self, instance, name)
+    def add_instance(self, instance: object, name: str, gate: contextlib.AbstractContextManager | None = None) -> None:
+        """Serve with one more instance; ``gate`` (the rate limiter's) is held around each of its batches."""
+        worker = _Worker(self, instance, name, gate)
         with self._cond:
             self._workers.append(worker)
         worker.thread.start()
@@ -245,6 +248,7 @@ class Scheduler:
             self._cond.notify_all()
         for worker in leaving:
             worker.thread.join()
+            _close_gate(worker)
         with self._cond:
             self._workers = [w for w in self._workers if w not in leaving]
         return [w.instance for w in leaving]
@@ -483,7 +487,13 @@ class Scheduler:
             self._count_failures(gone, "CANCELED")
         outcome: list[InferResponse] | BaseException
         try:
-            outcome = self._run_batch(worker.instance, [p.request for p in live]) if live else []
+            if not live:
+                outcome = []
+            elif worker.gate is None:
+                outcome = self._run_batch(worker.instance, [p.request for p in live])
+            else:
+                with worker.gate:  # the rate limiter: wait until this instance's resources are free
+                    outcome = self._run_batch(worker.instance, [p.request for p in live])
             if outcome is not None and len(outcome) != len(live):
                 outcome = InternalError(
                     f"model '{self.model_name}' returned {len(outcome)} responses for {len(live)} requests"
@@ -607,6 +617,7 @@ class Scheduler:
             worker.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if not worker.thread.is_alive():
                 finished.append(worker)
+                _close_gate(worker)
                 continue
             log.warning("model '%s' version %s: instance %s still executing after %.1f s; its requests fail and "
                         "it is left behind", self.model_name, self.version, worker.thread.name, timeout_s)
@@ -630,6 +641,12 @@ def _signature(request: InferRequest, batching: bool) -> tuple[int, tuple]:
         return 1, tuple(sorted((name, array.shape) for name, array in inputs.items()))
     rows = next(iter(inputs.values())).shape[0]
     return int(rows), tuple(sorted((name, array.shape[1:]) for name, array in inputs.items()))
+
+
+def _close_gate(worker: _Worker) -> None:
+    close = getattr(worker.gate, "close", None)  # a gone instance no longer sizes the rate limiter's pools
+    if close is not None:
+        close()
 
 
 def _fail(pending: _Pending, error: BaseException) -> None:

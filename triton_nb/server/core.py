@@ -41,12 +41,14 @@ from triton_nb.errors import (
 )
 from triton_nb.repository.config import ModelConfig, config_to_json
 from triton_nb.repository.layout import scan_repository
+from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache, ServerCache
 from triton_nb.server.checks import _check_request
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.instances import set_instance_count
 from triton_nb.server.models import ModelManager, _Model, _Version
 from triton_nb.server.network import FrontendOptions, NetworkFrontends
+from triton_nb.server.rate_limiter import RATE_LIMIT_MODES, RateLimiter
 from triton_nb.server.stats import ServerStats
 from triton_nb.server.types import InferRequest, InferResponse
 
@@ -111,6 +113,12 @@ class Server:
         the cyclic collector's full passes no longer walk the notebook's data and libraries while
         requests are in flight (measured: the fraud ensemble's p99 at 64 in flight 64 ms -> 6.7 ms).
         The last server to stop unfreezes. See :mod:`triton_nb.server.collector`.
+    cache_size_bytes:
+        Triton's local response cache of this many bytes (``tritonserver --cache-config
+        local,size=N``), shared by every model whose config says ``response_cache { enable: true }``:
+        an identical request is answered from it without running the model. None or 0 (the
+        default): no cache, as Triton without ``--cache-config``, and the models' flags do nothing.
+        See :mod:`triton_nb.server.cache` and :meth:`update_response_cache`.
     """
 
     def __init__(
@@ -138,6 +146,9 @@ class Server:
         max_string_bytes: int = 1024 * 1024,
         network_model_control: bool = False,
         freeze_gc: bool = True,
+        cache_size_bytes: int | None = None,
+        rate_limit: str = "off",
+        rate_limit_resources: list[str] | tuple[str, ...] = (),
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -176,10 +187,26 @@ class Server:
             grpc_restricted_api=(grpc_restricted_api,) if isinstance(grpc_restricted_api, str) else tuple(
                 grpc_restricted_api))
         self._frontends: NetworkFrontends | None = None
+        if rate_limit not in RATE_LIMIT_MODES:
+            raise InvalidArgumentError(f"rate_limit must be one of {', '.join(RATE_LIMIT_MODES)}, got {rate_limit!r}")
+        if rate_limit_resources and rate_limit == "off":
+            raise InvalidArgumentError("rate_limit_resources need rate_limit='execution_count'")
+        self.rate_limit = rate_limit
+        # Triton's --rate-limit: with "off" (its default) every rate_limiter block is ignored, as there
+        limiter = RateLimiter(rate_limit_resources) if rate_limit == "execution_count" else None
         self._manager = ModelManager(self.repository, self.stats, server=self, infer_step=self._infer_step,
-                                     exit_timeout_secs=exit_timeout_secs)
+                                     exit_timeout_secs=exit_timeout_secs, rate_limiter=limiter)
         # bound once: resolving is on every request's path, and a delegating method costs a frame
         self._resolve: Callable[[str, int], _Version] = self._manager.resolve
+        if cache_size_bytes is not None and int(cache_size_bytes) < 0:
+            raise InvalidArgumentError(f"cache_size_bytes must be >= 0, got {cache_size_bytes}")
+        self._cache_switches = CacheSwitches(self._resolve)
+        self.stats.cache_series = self._cache_switches.series
+        # None without a cache: the one attribute a request's path reads for it
+        self._cache: ServerCache | None = None
+        if cache_size_bytes:
+            self._cache = ServerCache(int(cache_size_bytes), self._cache_switches, self._infer_step)
+            self.stats.registry.register(CacheCollector(self._cache.store))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self: _S) -> _S:
@@ -189,6 +216,8 @@ class Server:
         self._started = True
         names = self._initial_models()
         for name in names:
+            if self._manager.serving(name):  # loaded already, as a composing model of an ensemble before it
+                continue
             try:
                 self._manager.load(name)
             except TritonNBError as exc:  # one bad model never stops the others
@@ -386,6 +415,34 @@ class Server:
             "instance_count": target.scheduler.instance_count,
         }
 
+    @property
+    def cache_size_bytes(self) -> int | None:
+        """The response cache's size in bytes; None when the server has no cache."""
+        return None if self._cache is None else self._cache.store.size_bytes
+
+    @property
+    def response_cache(self) -> ResponseCache | None:
+        """The response cache (entries, counters, ``clear()``); None when the server has none."""
+        return None if self._cache is None else self._cache.store
+
+    def update_response_cache(self, name: str, version: int = -1, *, enable: bool,
+                              drop_entries: bool = False) -> bool:
+        """Turn the response cache on or off for a serving model without a reload, from its next
+        request, until the model is reloaded (its config's ``response_cache`` then decides again);
+        :meth:`model_config` shows the setting in force. Turning it on needs a server with a cache
+        (``cache_size_bytes``) and a model that is not decoupled. The model's entries stay in the
+        cache while its use of it is off, unless ``drop_entries`` (then it starts cold, as after a
+        reload: what the tuner does before measuring a config). Returns the setting now in force."""
+        target = self._resolve(name, version)
+        if enable and self._cache is None:
+            raise InvalidArgumentError(
+                f"model '{name}': the server has no response cache to enable (start it with cache_size_bytes=N, "
+                "or triton-nb serve --cache-config local,size=N)")
+        self._cache_switches.set(target, bool(enable))
+        if drop_entries:
+            self._cache_switches.forget(target)
+        return self._cache_switches.enabled(target)
+
     def wait_warm(self, name: str, version: int = -1, timeout_s: float | None = None) -> bool:
         """Wait until every instance of a model serves at its steady speed — the FIL backend's
         compiled engine, which it builds in the background after the load, ready — and return
@@ -445,8 +502,14 @@ class Server:
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
                                             reason="OTHER")
                 raise
+            lookup = None
+            if self._cache is not None:  # a hit is answered (and counted) here, never queued
+                lookup = self._cache.lookup(target, request)
+                if isinstance(lookup, Future):
+                    return lookup
             if target.ensemble is not None:
-                return target.ensemble.run(request)  # it counts its requests itself, as the batcher does
+                future = target.ensemble.run(request)  # it counts its requests itself, as the batcher does
+                return future if lookup is None else lookup.finish(future)
             future = ResponseFuture()
             try:
                 target.scheduler.enqueue(request, future)
@@ -459,7 +522,8 @@ class Server:
             except TritonNBError:
                 target.stats.record_request(success=False, request_ns=0, reason="OTHER")
                 raise
-            return future  # the scheduler counts it: pending, then success or failure with its batch
+            # the scheduler counts it: pending, then success or failure with its batch
+            return future if lookup is None else lookup.finish(future)
         raise InternalError("unreachable")  # pragma: no cover
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
@@ -491,6 +555,9 @@ class Server:
             if config.instance_group:
                 config.instance_group[0].count = target.scheduler.instance_count
                 del config.instance_group[1:]
+        live_cache = self._cache_switches.live(target)
+        if live_cache is not None:  # set by update_response_cache
+            config.response_cache.enable = live_cache
         return config
 
     def input_config(self, name: str, version: int = -1) -> ModelConfig:
@@ -523,6 +590,11 @@ class Server:
     def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
         # Triton's statistics errors (400, "requested model 'x' is not available") come from the stats
         return self.stats.statistics(name, version)
+
+    def config_warnings(self, name: str) -> list[str]:
+        """What the last load of ``name`` warned about: config fields set that have no effect here,
+        as in Triton (a GPU knob on CPU instances, a rate limiter without ``--rate-limit``)."""
+        return list(self._manager.config_warnings.get(name, []))
 
     def queue_depth(self, name: str, version: int = -1) -> int:
         target = self._resolve(name, version)

@@ -282,7 +282,14 @@ class _EnsembleRun:
                 model_version=self.scheduler.version,
                 outputs={name: self.tensors[name] for name in wanted},
                 request_id=self.request.request_id,
+                parameters=self._sequence_parameters(),
             ))
+
+    def _sequence_parameters(self) -> dict[str, object]:
+        # Triton's ensemble answers with the request's sequence parameters (0 and false outside a sequence)
+        given = self.request.parameters
+        return {"sequence_id": given.get("sequence_id", 0), "sequence_start": bool(given.get("sequence_start", False)),
+                "sequence_end": bool(given.get("sequence_end", False))}
 
 
 def _answer_carried(runs: list[_EnsembleRun], index: int, rows: tuple[int, ...], future: Future) -> None:

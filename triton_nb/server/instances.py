@@ -26,8 +26,10 @@ from triton_nb.backends.base import Backend, ModelContext, ServerHandle
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
 from triton_nb.server.batcher import Scheduler
 from triton_nb.server.checks import CheckedVersion, _filter_outputs
+from triton_nb.server.rate_limiter import RateLimiter, Resource
 from triton_nb.server.stats import ModelStats
 from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.server.warmup import warm_up_instance
 
 __all__ = ["ServedVersion", "add_instance", "create_backend", "set_instance_count"]
 
@@ -39,6 +41,7 @@ class ServedVersion(CheckedVersion, Protocol):
     stats: ModelStats
     scheduler: Scheduler | None  # None for ensembles, which have no instances
     next_instance: int  # the index the next instance's name takes
+    rate_limiter: RateLimiter | None  # the server's, when it rate-limits
 
     @property
     def batching(self) -> bool:
@@ -91,7 +94,20 @@ def add_instance(version: ServedVersion, group: mc.ModelInstanceGroup, source: P
     except Exception as exc:  # a backend's own failure: the model's load error, named
         raise InternalError(f"model '{version.name}' version {version.version} failed to load: "
                             f"{type(exc).__name__}: {exc}") from None
-    version.scheduler.add_instance(backend, f"triton-nb-{version.name}-{context.instance_name}")
+    warm_up_instance(version, backend, context.instance_name)  # model_warmup, before it serves (Triton's rule)
+    gate = None
+    if version.rate_limiter is not None:
+        try:
+            gate = version.rate_limiter.register(version.name, context.device_id, _resources(group),
+                                                 group.rate_limiter.priority)
+        except TritonNBError:
+            backend.finalize()
+            raise
+    version.scheduler.add_instance(backend, f"triton-nb-{version.name}-{context.instance_name}", gate)
+
+
+def _resources(group: mc.ModelInstanceGroup) -> list[Resource]:
+    return [Resource(r.name, int(r.count), bool(getattr(r, "global"))) for r in group.rate_limiter.resources]
 
 
 def set_instance_count(version: ServedVersion, count: int, *, repository: Path, server: ServerHandle | None) -> None:

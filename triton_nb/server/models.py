@@ -47,6 +47,7 @@ from triton_nb.server.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.checks import _TensorSpec
 from triton_nb.server.ensemble import EnsembleScheduler, Submit
 from triton_nb.server.instances import _run_batch, add_instance
+from triton_nb.server.rate_limiter import RateLimiter
 from triton_nb.server.stats import ModelStats, ServerStats
 
 __all__ = ["ModelManager", "ModelState"]
@@ -75,6 +76,7 @@ class _Version:
     scheduler: Scheduler | None = None  # None for ensembles
     ensemble: EnsembleScheduler | None = None
     next_instance: int = 0
+    rate_limiter: RateLimiter | None = None  # the server's, when it rate-limits (--rate-limit execution_count)
     # The config's tensors, read once: checking every request against the protobuf is slow.
     inputs: dict[str, _TensorSpec] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
@@ -117,11 +119,14 @@ class ModelManager:
         How an ensemble submits the request of one of its steps.
     exit_timeout_secs:
         Once stopping, how long retiring a version waits for a batch that is executing.
+    rate_limiter:
+        The server's rate limiter, shared by every model's instances (None: no rate limiting).
     """
 
     def __init__(self, repository: Path, stats: ServerStats, *, server: ServerHandle, infer_step: Submit,
-                 exit_timeout_secs: float) -> None:
+                 exit_timeout_secs: float, rate_limiter: RateLimiter | None = None) -> None:
         self.repository = repository
+        self.rate_limiter = rate_limiter
         self.stats = stats
         self._server = server
         self._infer_step = infer_step
@@ -133,6 +138,8 @@ class ModelManager:
         self._poller: threading.Thread | None = None
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-nb-server-"))
         self._retiring: list[threading.Thread] = []
+        # The config warnings of each model's last load (fields Triton ignores here), for status views.
+        self.config_warnings: dict[str, list[str]] = {}
 
     def __del__(self) -> None:  # a forgotten server must not leak its temp folder
         if getattr(self, "_workdir", None) is not None:
@@ -341,9 +348,15 @@ class ModelManager:
             if versions:
                 config = auto_complete(config, source / str(versions[-1]))
         effective = effective_config(config, name, gpu_available=_gpu_available())
-        problems = [p for p in check_model_config(effective, name) if p.severity == "error"]
+        checked = check_model_config(effective, name)
+        problems = [p for p in checked if p.severity == "error"]
         if problems:
             raise InvalidArgumentError("; ".join(str(p) for p in problems))
+        warnings = [f"{p.field}: {p.message}" for p in checked if p.severity == "warning"]
+        if warnings != self.config_warnings.get(name, []):  # once per load that changes them, not per poll
+            for warning in warnings:
+                log.warning("model '%s': %s", name, warning)
+        self.config_warnings[name] = warnings
         return effective
 
     def _load_versions(self, name: str, source: Path, override: Any) -> list[_Version]:
@@ -375,7 +388,7 @@ class ModelManager:
             composing = step.model_name
             if composing == name:
                 raise InvalidArgumentError(f"ensemble '{name}' lists itself as a step")
-            if not self._serving(composing):
+            if not self.serving(composing):
                 try:
                     self.load(composing)
                 except TritonNBError as exc:
@@ -390,14 +403,15 @@ class ModelManager:
         if problems:
             raise InvalidArgumentError("; ".join(str(p) for p in problems))
 
-    def _serving(self, name: str) -> bool:
+    def serving(self, name: str) -> bool:
+        """Whether some version of ``name`` serves now."""
         with self.models_lock:
             model = self.models.get(name)
         return model is not None and bool(model.versions)
 
     def _load_version(self, name: str, number: int, config: ModelConfig, source: Path) -> _Version:
         stats = self.stats.model(name, number)
-        version = _Version(name, number, config, source / str(number), stats)
+        version = _Version(name, number, config, source / str(number), stats, rate_limiter=self.rate_limiter)
         if is_ensemble(config):
             version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
                                                  carry=self._accepts_carried)

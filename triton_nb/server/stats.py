@@ -31,6 +31,11 @@ How Triton counts, and so how the server should call these:
 * :meth:`ModelStats.pending_add`: +1 when a request is queued for the model, -1 when a backend
   starts executing it (Triton's ``nv_inference_pending_request_count``; a request that leaves the
   queue without executing, such as a timed-out one, is -1 too).
+* the response cache (:mod:`triton_nb.server.cache`): a request answered from the cache is one
+  :meth:`ModelStats.record_cache_hit` instead (a success and a ``cache_hit``; no inference count,
+  execution or compute time, so ``compute_*`` counts are successes less hits); a request that
+  missed, ran and was inserted adds :meth:`ModelStats.record_cache_miss` to its success. The
+  ``nv_cache_*_per_model`` counters exist only for versions that enable the cache.
 
 Prometheus counters: prometheus_client's own exposition (``generate_latest``) appends ``_total``
 to every counter name, which Triton's does not (``nv_inference_count{model="m",version="1"} 9``).
@@ -49,7 +54,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +93,19 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
      "Cumulative compute inference duration in microseconds (does not include cached requests)"),
     ("nv_inference_compute_output_duration_us", "counter",
      "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+    # Only for versions that enable the response cache (Triton's MetricModelReporter); a family
+    # without series is left out, as prometheus-cpp leaves it out.
+    ("nv_cache_num_hits_per_model", "counter", "Number of cache hits per model"),
+    ("nv_cache_hit_duration_per_model", "counter", "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "counter", "Number of cache misses per model"),
+    ("nv_cache_miss_duration_per_model", "counter",
+     "Total cache miss (insert+lookup) duration per model, in microseconds"),
     ("nv_inference_pending_request_count", "gauge",
      "Instantaneous number of pending requests awaiting execution per-model."),
     ("nv_model_load_duration_secs", "gauge", "Model load time in seconds"),
 )
+_CACHE_FAMILIES = frozenset(("nv_cache_num_hits_per_model", "nv_cache_hit_duration_per_model",
+                             "nv_cache_num_misses_per_model", "nv_cache_miss_duration_per_model"))
 
 
 @dataclass
@@ -149,6 +163,11 @@ class ModelStats:
         self._compute_output_us = 0
         self._pending = 0
         self._load_seconds = 0.0
+        # The response cache (triton_nb.server.cache): hits and misses, and their microseconds.
+        self._cache_hit = _Duration()
+        self._cache_miss = _Duration()
+        self._cache_hit_us = 0
+        self._cache_miss_us = 0
 
     def record_request(
         self,
@@ -232,6 +251,38 @@ class ModelStats:
             self._compute_infer_us += compute_infer_ns // 1000 * count
             self._compute_output_us += compute_output_ns // 1000 * count
 
+    def record_cache_hit(self, *, request_ns: int, queue_ns: int, hit_ns: int) -> None:
+        """A request answered from the response cache, as Triton's ``UpdateSuccessCacheHit``: a
+        success with its end-to-end and queue time (arrival to the lookup) and a cache hit with the
+        lookup's time. No ``inference_count``, no execution, no compute time: the model did not run."""
+        request_ns = _ns(request_ns, "request_ns")
+        queue_ns = _ns(queue_ns, "queue_ns")
+        hit_ns = _ns(hit_ns, "hit_ns")
+        with self._lock:
+            self._success.add(request_ns)
+            self._queue_ns += queue_ns
+            self._cache_hit.add(hit_ns)
+            self._request_us += request_ns // 1000
+            self._queue_us += queue_ns // 1000
+            self._cache_hit_us += hit_ns // 1000
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A request that missed the cache, ran and was inserted, as Triton's
+        ``UpdateSuccessCacheMiss``: a cache miss with the lookup and insert time, which is added to
+        the request's time too (its success was counted by whoever ran it)."""
+        miss_ns = _ns(miss_ns, "miss_ns")
+        with self._lock:
+            self._success.ns += miss_ns
+            self._cache_miss.add(miss_ns)
+            self._request_us += miss_ns // 1000
+            self._cache_miss_us += miss_ns // 1000
+
+    @property
+    def cache_counted(self) -> bool:
+        """Whether any cache hit or miss was recorded."""
+        with self._lock:
+            return bool(self._cache_hit.count or self._cache_miss.count)
+
     def record_execution(
         self, *, batch_rows: int, compute_input_ns: int, compute_infer_ns: int, compute_output_ns: int
     ) -> None:
@@ -283,7 +334,7 @@ class ModelStats:
         """This version's ``$model_stat`` object, as Triton writes it."""
         with self._lock:
             successes = self._success.count
-            compute_count = successes  # less cache hits, which triton_nb never has
+            compute_count = successes - self._cache_hit.count  # hits computed nothing (Triton's rule)
             batches = sorted(self._batches.items())
             return {
                 "name": self.name,
@@ -298,8 +349,8 @@ class ModelStats:
                     "compute_input": {"count": compute_count, "ns": self._compute_input_ns},
                     "compute_infer": {"count": compute_count, "ns": self._compute_infer_ns},
                     "compute_output": {"count": compute_count, "ns": self._compute_output_ns},
-                    "cache_hit": {"count": 0, "ns": 0},
-                    "cache_miss": {"count": 0, "ns": 0},
+                    "cache_hit": self._cache_hit.to_json(),
+                    "cache_miss": self._cache_miss.to_json(),
                 },
                 "response_stats": {},
                 "batch_stats": [
@@ -314,10 +365,11 @@ class ModelStats:
                 "memory_usage": [],
             }
 
-    def _metric_values(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """Each family's samples for this version: (extra labels, value)."""
+    def _metric_values(self, cache: bool = False) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Each family's samples for this version: (extra labels, value); the ``nv_cache_*``
+        families only with ``cache`` (the version uses the response cache)."""
         with self._lock:
-            return {
+            values = {
                 "nv_inference_request_success": [({}, self._success.count)],
                 "nv_inference_request_failure": [({"reason": r}, self._failures[r]) for r in FAILURE_REASONS],
                 "nv_inference_count": [({}, self._inference_count)],
@@ -330,6 +382,12 @@ class ModelStats:
                 "nv_inference_pending_request_count": [({}, self._pending)],
                 "nv_model_load_duration_secs": [({}, self._load_seconds)],
             }
+            if cache:
+                values["nv_cache_num_hits_per_model"] = [({}, self._cache_hit.count)]
+                values["nv_cache_hit_duration_per_model"] = [({}, self._cache_hit_us)]
+                values["nv_cache_num_misses_per_model"] = [({}, self._cache_miss.count)]
+                values["nv_cache_miss_duration_per_model"] = [({}, self._cache_miss_us)]
+            return values
 
 
 class _TritonCollector(Collector):
@@ -340,14 +398,18 @@ class _TritonCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         models = self._stats._snapshot()
-        values = [(model, model._metric_values()) for model in models]
+        series = self._stats.cache_series
+        values = [(model, model._metric_values(
+            cache=model.cache_counted or (series is not None and series(model.name, model.version))))
+            for model in models]
         for name, kind, documentation in _FAMILIES:
             metric = Metric(name, documentation, kind)
             for model, samples in values:
-                for extra, value in samples[name]:
+                for extra, value in samples.get(name, ()):
                     labels = {"model": model.name, "version": str(model.version), **extra}
                     metric.add_sample(name, labels, value)
-            yield metric
+            if metric.samples or name not in _CACHE_FAMILIES:
+                yield metric
 
 
 def _format_value(value: float) -> str:
@@ -398,6 +460,9 @@ class ServerStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._models: dict[tuple[str, int], ModelStats] = {}
+        #: Whether a version (name, version) shows the ``nv_cache_*_per_model`` series: set by the
+        #: server (its response cache switches); None shows them only for versions with counts.
+        self.cache_series: Callable[[str, int], bool] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_TritonCollector(self))
 

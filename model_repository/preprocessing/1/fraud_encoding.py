@@ -6,31 +6,28 @@ Triton's Python backend hands BYTES tensors over as object arrays of UTF-8 bytes
 class lists of its label encoders. :class:`triton_nb.fraud.FraudPreprocessor` wraps it in a
 scikit-learn estimator; the exported preprocessing ``model.py`` ships this very file next to it
 and imports it, so what was tested is what real Triton runs. That is why this module depends on
-numpy alone (pandas, when importable, only speeds up large lookups) and imports nothing else
-from triton_nb.
+numpy alone and imports nothing else from triton_nb.
 
 Values are handled as UTF-8 byte strings (numpy ``S`` arrays) throughout: Triton delivers them
 that way, so serving never decodes, and UTF-8 preserves code-point order, so byte-sorted
 classes are in the same order as the sorted strings the encoders store. A batch of more than
-a hundred or so rows goes through whole-column numpy operations, with no per-row Python loop on
-the success path; a smaller one, where numpy's cost per call would be the whole cost, through
-Python lists and dictionaries built once — the same rules, checked against each other.
+a hundred or so rows goes through whole-column numpy operations; a smaller one, where numpy's
+cost per call would be the whole cost, through Python lists — the same rules, checked against
+each other. Both look a category value up in a dictionary of every spelling met so far (the
+classes and their TabFormer spellings from the start, then each value the rules have judged),
+so a served value is judged by the rules once and looked up ever after.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
-
-try:  # optional: a hash index beats binary search for large batches
-    import pandas as _pd
-except ImportError:  # pragma: no cover - exercised in Triton images without pandas
-    _pd = None
 
 # numpy >= 2 has fast string ufuncs in numpy.strings. Triton's Python backend (24.x and the
 # stub in nvidia-pytriton) is built against numpy 1.x and corrupts tensors under numpy 2, so a
@@ -284,6 +281,8 @@ def _is_float(value: bytes) -> bool:
 def _numeric(array: np.ndarray, column: str, currency: bool = False) -> np.ndarray:
     if array.dtype.kind in "iufb":
         values = array.astype(np.float64)
+    elif currency and (amounts := _tabformer_amounts(array)) is not None:
+        return amounts
     else:
         text = _as_bytes(array, column)
         if currency:  # "$134.09", "$-64.00"
@@ -312,17 +311,80 @@ def _parse_slowly(text: np.ndarray, column: str) -> np.ndarray:
     return text.astype(np.float64)
 
 
+def _joined(array: np.ndarray) -> tuple[int, bytes, np.ndarray] | None:
+    """An object array of bytes (Triton's BYTES tensors) as one buffer, each value followed by a
+    newline: one C call, several times cheaper than converting to a fixed-width array. Returns
+    (rows, buffer as bytes, buffer as uint8), or None for other arrays.
+
+    Only the first value's type is checked, which a check of every value would cost as much as
+    the join: a value that is no buffer makes the join raise; a bytearray or another buffer amid
+    bytes is taken by its content (the whole-column rules would refuse it as not text)."""
+    if array.dtype.kind != "O" or type(array[0]) is not bytes:
+        return None
+    try:
+        joined = b"\n".join(array.tolist()) + b"\n"
+    except TypeError:
+        return None
+    return array.size, joined, np.frombuffer(joined, dtype=np.uint8)
+
+
+def _tabformer_amounts(array: np.ndarray) -> np.ndarray | None:
+    """Amounts written as TabFormer writes them, ``"$-?D+.DD"`` (at most 13 integer digits),
+    parsed from one buffer; None for anything else, which the general parse then decides.
+
+    The value is the integer number of cents over 100: both are exact doubles, so the quotient
+    is the correctly rounded value of the decimal, which is what parsing the text gives."""
+    found = _joined(array)
+    if found is None:
+        return None
+    rows, joined, buffer = found
+    ends = np.flatnonzero(buffer == ord("\n"))
+    if ends.size != rows:  # a newline inside a value
+        return None
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    negative = buffer[np.minimum(starts + 1, ends)] == ord("-")
+    length = ends - starts - negative
+    if not ((length >= 5) & (length <= 17)).all():
+        return None
+    if not ((buffer[starts] == ord("$")) & (buffer[ends - 3] == ord("."))).all():
+        return None
+    # Digits everywhere else: the only other bytes are those "$", "." and "-" and the newlines,
+    # at distinct places since a value has at least one integer digit.
+    if np.count_nonzero(buffer - np.uint8(ord("0")) > 9) != 3 * rows + np.count_nonzero(negative):
+        return None
+    amounts = np.fromstring(joined.translate(None, b"$.-"), dtype=np.int64, sep="\n") / 100
+    np.negative(amounts, out=amounts, where=negative)  # "-0.00" is -0.0, as parsing gives
+    return amounts
+
+
+# Each of "HH:MM"'s bytes minus "0" lies within these (a byte below "0" wraps round, past 9).
+_HHMM_LOW = np.array([0, 0, ord(":") - ord("0"), 0, 0], dtype=np.uint8)
+_HHMM_HIGH = np.array([2, 9, ord(":") - ord("0"), 5, 9], dtype=np.uint8)
+
+
+def _hhmm(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Hour and minute of ``(rows, 5)`` bytes that all read "HH:MM", else None."""
+    digits = matrix - np.uint8(ord("0"))
+    if not ((digits >= _HHMM_LOW) & (digits <= _HHMM_HIGH)).all():
+        return None
+    hour = digits[:, 0] * np.int16(10) + digits[:, 1]
+    return (hour, digits[:, 3] * np.int16(10) + digits[:, 4]) if (hour < 24).all() else None
+
+
 def _hour_minute(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # "HH:MM" read straight from the bytes: no string splitting at all.
+    joined = _joined(array)
+    if joined is not None:
+        rows, _, buffer = joined
+        # 6 bytes a row, of which _hhmm reads 5: it refuses a newline in any of them, so the
+        # newlines (one a value at least) are all in the sixth, and every value is 5 bytes long
+        if buffer.size == 6 * rows and (parsed := _hhmm(buffer.reshape(rows, 6)[:, :5])) is not None:
+            return parsed
     text = _as_bytes(array, "Time")
     if text.dtype.itemsize == 5:
-        # "HH:MM" read straight from the bytes: no string splitting at all.
-        digits = np.ascontiguousarray(text).view(np.uint8).reshape(-1, 5).astype(np.int16) - ord("0")
-        hour = digits[:, 0] * 10 + digits[:, 1]
-        minute = digits[:, 3] * 10 + digits[:, 4]
-        valid = (digits[:, 2] == ord(":") - ord("0")) & (hour < 24) & (minute < 60)
-        valid &= (digits[:, [0, 1, 3, 4]] >= 0).all(axis=1) & (digits[:, [0, 1, 3, 4]] <= 9).all(axis=1)
-        if valid.all():
-            return hour, minute
+        parsed = _hhmm(np.ascontiguousarray(text).view(np.uint8).reshape(-1, 5))
+        if parsed is not None:
+            return parsed
     return _hour_minute_slowly(text)
 
 
@@ -384,81 +446,222 @@ def _already_canonical(raw: np.ndarray, integer: bool) -> np.ndarray:
     return ok
 
 
-# Above this many rows a hash lookup of Triton's object arrays of bytes beats converting them
-# to a fixed-width array and binary-searching; below it the hash index's call overhead loses.
-_HASH_LOOKUP_MIN_ROWS = 256
+# --------------------------------------------------------------------------- spellings met so far
+# A category value is looked up in a dictionary of raw spellings: at first the classes and the
+# spellings that canonicalise to them, then also each value the rules have judged, so that a
+# value is canonicalised once and not on every request that carries it. The dictionary learns
+# at most this many values beyond its first ones, then starts over from those: a bound on its
+# memory, not a policy worth tuning (real traffic repeats its merchants, cities and zips).
+_LEARNED_LIMIT = 1 << 16
 
 
-class _ColumnLookup:
-    """Maps the raw values of one label-encoded column to codes.
+class _Spellings:
+    """Raw spelling -> answer: ``base`` fixed at load, ``seen`` that and what was learned since.
+    Dictionary reads and updates are atomic under the GIL: transforms on several threads at once
+    at worst judge a value twice."""
 
-    The table holds each reachable class, plus the spellings that canonicalise to it, so the
-    usual request needs no string processing at all: missing-value spellings map to the
+    def __init__(self, base: dict[bytes, Any]) -> None:
+        self.base = base
+        self.seen = dict(base)
+
+    def learn(self, learned: Mapping[bytes, Any]) -> None:
+        if len(self.seen) + len(learned) > len(self.base) + _LEARNED_LIMIT:
+            self.seen = dict(self.base)
+        self.seen.update(learned)
+
+
+class _ColumnLookup(_Spellings):
+    """Maps the raw values of one label-encoded column to *outcomes*: the code and, for the
+    columns the location rules read, a flag (Merchant City: the value is ``ONLINE``; Merchant
+    State: a US state or ``ONLINE``). Outcome ``code`` has the flag of the class itself and
+    ``code + width`` the other one: an unseen ``"WY"`` has the unknown code yet is a US state.
+
+    The first spellings are each reachable class, plus the spellings that canonicalise to it, so
+    the usual request needs no string processing at all: missing-value spellings map to the
     unknown code, and for integer-code columns ``b"X.0"`` maps to the code of ``b"X"``, the way
     TabFormer writes zips. A class is reachable when it is its own canonical form (encoders
-    loaded from elsewhere may hold classes our rules can never produce). Values not in the
-    table are canonicalised and looked up again; those still unknown get the unknown code.
+    loaded from elsewhere may hold classes our rules can never produce). Values not there are
+    canonicalised and looked up again; those still unknown get the unknown code.
     """
 
-    def __init__(self, classes: np.ndarray, column: str, unknown_code: int, unknown: bytes) -> None:
+    def __init__(self, classes: np.ndarray, column: str, unknown_code: int, unknown: bytes,
+                 flag_texts: tuple[bytes, ...]) -> None:
         self.column = column
+        self.integer = column in _INTEGER_CODE_COLUMNS
         self.unknown_code = unknown_code
         self.unknown = unknown
         class_bytes = _str.encode(classes, "utf-8") if classes.size else np.array([], dtype="S1")
-        self.class_bytes = class_bytes
         class_codes = np.arange(class_bytes.size, dtype=np.int64)
         reachable = _canonical_bytes(class_bytes, column, unknown) == class_bytes
         keys = [_MISSING, class_bytes[reachable]]
         codes = [np.full(_MISSING.size, unknown_code, dtype=np.int64), class_codes[reachable]]
-        if column in _INTEGER_CODE_COLUMNS:
+        if self.integer:
             integers = reachable & _str.isdigit(_str.lstrip(class_bytes, b"-"))
             keys.append(_str.add(class_bytes[integers], b".0"))
             codes.append(class_codes[integers])
         self.keys, first = np.unique(np.concatenate(keys), return_index=True)  # missing spellings win
         self.codes = np.concatenate(codes)[first]
-        self._hash_index: Any = None
-
-    def code_of(self, canonical: bytes) -> int:
-        position = min(int(np.searchsorted(self.keys, canonical)), len(self.keys) - 1)
-        return int(self.codes[position]) if self.keys[position] == canonical else self.unknown_code
+        self.flag_texts = np.array(sorted(flag_texts), dtype="S")
+        self.flag_set = frozenset(flag_texts)
+        self.width = max(class_bytes.size, unknown_code + 1)
+        self.class_flags = np.zeros(self.width, dtype=bool)
+        if flag_texts:
+            self.class_flags[:class_bytes.size] = _in_sorted(self.flag_texts, class_bytes)
+        self.outcome_codes = np.tile(np.arange(self.width, dtype=np.int64), 2)
+        self.outcome_flags = np.concatenate([self.class_flags, ~self.class_flags])
+        # a spelling of a class has that class's flag: its outcome is its code
+        super().__init__(dict(zip(self.keys.tolist(), self.codes.tolist(), strict=True)))
 
     def _search(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         position = np.searchsorted(self.keys, values).clip(max=len(self.keys) - 1)
         return self.codes[position], self.keys[position] == values
 
-    def encode(self, array: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Return ``(codes, miss, canonical)``: ``miss`` marks the rows that needed
-        canonicalising (None when none did) and ``canonical`` holds their canonical bytes."""
-        if (_pd is not None and array.dtype.kind == "O" and array.size >= _HASH_LOOKUP_MIN_ROWS
-                and isinstance(array[0], bytes)):
-            if self._hash_index is None:
-                self._hash_index = _pd.Index(self.keys.astype(object))
-            position = self._hash_index.get_indexer(array)
-            hit = position >= 0
-            codes = self.codes[position]
-        else:
-            array = _as_bytes(array, self.column)
-            codes, hit = self._search(array)
+    def ids(self, array: np.ndarray) -> np.ndarray:
+        """Each value's outcome; raises :class:`FeatureInputError` for what the rules refuse."""
+        if array.dtype.kind == "O" and array.size and type(array[0]) is bytes:  # learned: bytes only
+            found = self._ids_seen(array)
+            if found is not None:
+                return found
+        return self._ids_by_rules(array)
+
+    def _ids_seen(self, array: np.ndarray) -> np.ndarray | None:
+        """An object column's outcomes from the spellings seen, the new ones judged by the rules
+        once each (and learned); None when a new one is not bytes or the rules refuse one, so that
+        the whole column goes through the rules and the error is the one it always was."""
+        values = array.tolist()
+        try:
+            ids = np.fromiter(map(self.seen.get, values, repeat(-1)), dtype=np.intp, count=len(values))
+        except TypeError:  # an unhashable value
+            return None
+        missed = np.flatnonzero(ids < 0)
+        if missed.size:
+            new = array[missed]
+            distinct = list(dict.fromkeys(new.tolist()))
+            if set(map(type, distinct)) != {bytes}:
+                return None
+            try:
+                judged = self._ids_by_rules(np.array(distinct, dtype=object))
+            except FeatureInputError:
+                return None
+            learned = dict(zip(distinct, judged.tolist(), strict=True))
+            ids[missed] = np.fromiter(map(learned.__getitem__, new.tolist()), dtype=np.intp, count=new.size)
+            self.learn(learned)
+        return ids
+
+    def _ids_by_rules(self, array: np.ndarray) -> np.ndarray:
+        values = _as_bytes(array, self.column)
+        codes, hit = self._search(values)
         if hit.all():
-            return codes, None, None
+            return codes
         miss = ~hit
-        raw = _as_bytes(array[miss], self.column)
+        raw = values[miss]
         # Most misses are values the encoders never saw, already in canonical form: their
         # canonical form is themselves, not in the table, so unknown. Only the others need the
         # string functions (slow per call on numpy's side), and a check of their UTF-8.
-        plain = _already_canonical(raw, integer=self.column in _INTEGER_CODE_COLUMNS)
-        if plain.all():
-            codes[miss] = self.unknown_code
-            return codes, miss, raw
+        rest = ~_already_canonical(raw, integer=self.integer)
         canonical = raw.astype(f"S{max(raw.dtype.itemsize, len(self.unknown))}")
-        rest = ~plain
-        canonical[rest] = _canonical_bytes(raw[rest], self.column, self.unknown)
-        found_codes, found = self._search(canonical)
-        codes[miss] = np.where(found & rest, found_codes, self.unknown_code)
-        return codes, miss, canonical
+        found_codes = np.full(raw.size, self.unknown_code, dtype=np.int64)
+        if rest.any():
+            canonical[rest] = _canonical_bytes(raw[rest], self.column, self.unknown)
+            searched, found = self._search(canonical)
+            found_codes = np.where(found & rest, searched, self.unknown_code)
+        if self.flag_set:  # "X.0" spellings are for integer columns, which have no flags
+            found_codes += self.width * (_in_sorted(self.flag_texts, canonical) != self.class_flags[found_codes])
+        codes[miss] = found_codes
+        return codes
+
+
+class _ErrorFlags(_Spellings):
+    """Errors? -> 0.0 for a missing value, else 1.0, looked up like the categories."""
+
+    def __init__(self) -> None:
+        super().__init__(dict.fromkeys(_MISSING.tolist(), 0.0))
+
+    def of_list(self, values: list[Any]) -> list[float] | None:
+        """The flags, or None when a new value is not bytes or holds a NUL (numpy's S arrays cut
+        trailing NULs: the column path decides those)."""
+        try:
+            flags = list(map(self.seen.get, values))
+        except TypeError:  # an unhashable value
+            return None
+        if None in flags:
+            learned = {}
+            for row, flag in enumerate(flags):
+                if flag is None:
+                    value = values[row]
+                    if type(value) is not bytes or b"\x00" in value:
+                        return None
+                    flags[row] = learned[value] = 0.0 if value.strip(_WHITESPACE) in _MISSING_SET else 1.0
+            self.learn(learned)
+        return flags
+
+    def of_objects(self, array: np.ndarray) -> np.ndarray | None:
+        """The flags of an object column, looking one by one only at its values other than b""
+        (TabFormer leaves Errors? empty on nearly every row)."""
+        try:
+            present = np.flatnonzero(array != b"")
+        except (TypeError, ValueError):  # a value whose comparison is not a truth value
+            return None
+        flags = np.zeros(array.size)
+        found = self.of_list(array[present].tolist()) if present.size else []
+        if found is None:
+            return None
+        flags[present] = found
+        return flags
+
+
+# The location rules read these three columns together (see _Locations); the others alone.
+_LOCATION_COLUMNS = ("Merchant City", "Merchant State", "Zip")
+_UNLOCATED = tuple(column for column in ENCODED_COLUMNS if column not in _LOCATION_COLUMNS)
+_CODE_BITS = 20  # three codes packed in an int64
+
+
+class _Locations(_Spellings):
+    """(Merchant City, Merchant State, Zip) values -> their three codes after the location rules,
+    packed in one integer, learned like the spellings: the rules read the three together, and one
+    look-up of the three costs less than three look-ups of one (a location recurs far more often
+    than its three values apart). For large object columns; the row path reads columns alone."""
+
+    def __init__(self, encoder: FeatureEncoder) -> None:
+        super().__init__({})
+        self.encoder = encoder
+        self.usable = all(encoder._lookup[column].width < 1 << _CODE_BITS for column in _LOCATION_COLUMNS)
+
+    def codes(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The three columns' codes, or None where the columns must be read alone: not object
+        arrays, or a value the rules refuse (the error is then the one reading them alone gives)."""
+        columns = [arrays[column] for column in _LOCATION_COLUMNS]
+        if not self.usable or set(map(_KIND, columns)) != {"O"} or type(columns[0][0]) is not bytes:
+            return None  # (learned: bytes only)
+        values = [column.tolist() for column in columns]
+        try:
+            packed = np.fromiter(map(self.seen.get, zip(*values, strict=True), repeat(-1)), dtype=np.int64,
+                                 count=len(values[0]))
+        except TypeError:  # an unhashable value
+            return None
+        missed = np.flatnonzero(packed < 0)
+        if missed.size:
+            try:
+                ids = {column: self.encoder._lookup[column].ids(array[missed])
+                       for column, array in zip(_LOCATION_COLUMNS, columns, strict=True)}
+            except FeatureInputError:
+                return None
+            found = self.encoder._locate(ids)
+            city, state, zip_code = (found[column].astype(np.int64) for column in _LOCATION_COLUMNS)
+            packed[missed] = (city << 2 * _CODE_BITS) | (state << _CODE_BITS) | zip_code
+            new = [column[missed].tolist() for column in columns]
+            learned = dict(zip(zip(*new, strict=True), packed[missed].tolist(), strict=True))
+            if set(map(type, chain.from_iterable(learned))) == {bytes}:  # like the spellings: bytes only
+                self.learn(learned)
+        mask = (1 << _CODE_BITS) - 1
+        return {"Merchant City": packed >> 2 * _CODE_BITS, "Merchant State": (packed >> _CODE_BITS) & mask,
+                "Zip": packed & mask}
 
 
 # --------------------------------------------------------------------------- the estimator
+
+# The canonical texts that raise the location rules' flags, per column (see _ColumnLookup).
+_FLAG_TEXTS = {"Merchant City": (b"ONLINE",), "Merchant State": tuple(_US_OR_ONLINE.tolist())}
 
 
 class FeatureEncoder:
@@ -476,26 +679,34 @@ class FeatureEncoder:
         }
         marker = unknown_value.encode()
         self._lookup = {
-            column: _ColumnLookup(values, column, self.unknown_codes[column], marker)
+            column: _ColumnLookup(values, column, self.unknown_codes[column], marker, _FLAG_TEXTS.get(column, ()))
             for column, values in self.classes.items()
         }
         self._rule_codes = {
-            (column, value): self._lookup[column].code_of(value)
+            (column, value): self._lookup[column].base.get(value, self.unknown_codes[column])
             for column, value in (("Merchant State", b"ONLINE"), ("Zip", b"ONLINE"), ("Zip", b"FOREIGN"))
         }
-        # The location rules read codes, not text: a code is "ONLINE" or a US state (or not)
-        # once and for all. Only rows that missed the table need their text checked.
-        self._online_city = self._lookup["Merchant City"].class_bytes == b"ONLINE"
-        self._domestic_state = _in_sorted(_US_OR_ONLINE, self._lookup["Merchant State"].class_bytes)
+        self._errors = _ErrorFlags()
+        self._locations = _Locations(self)
         self._rows = _RowPath(self)
+
+    def _forget(self) -> None:
+        """Back to the spellings known at load, as if no value had been judged yet."""
+        for spellings in (*self._lookup.values(), self._errors, self._locations):
+            spellings.seen = dict(spellings.base)
 
     def transform(self, data: Any) -> np.ndarray:
         """The float32 feature matrix in :data:`FEATURE_NAMES` order.
 
         Small batches go through Python lists and dictionaries (numpy's per-call cost dominates
-        there); larger ones, and any batch with a value the list path does not take as plain, go
-        through the whole-column path. Both give the same features; only the column path raises.
+        there; a Triton request of one row, value by value); larger ones, and any batch with a
+        value the list path does not take as plain, go through the whole-column path. All give
+        the same features; only the column path raises.
         """
+        if type(data) is dict:  # a Triton request, the served case: read without gather_columns
+            out = self._rows.transform_request(data)
+            if out is not None:
+                return out
         arrays = gather_columns(data, RAW_INPUT_COLUMNS)
         if len(arrays["User"]) <= _ROW_PATH_MAX_ROWS:
             out = self._rows.transform(arrays)
@@ -505,22 +716,39 @@ class FeatureEncoder:
 
     def _transform_columns(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         out = np.empty((len(arrays["User"]), len(FEATURE_NAMES)), dtype=np.float32)
-        for column in _NUMERIC_COLUMNS:
-            out[:, _FEATURE_INDEX[column]] = _numeric(arrays[column], column)
+        numbers = [arrays[column] for column in _NUMERIC_COLUMNS]
+        if set(map(_KIND, numbers)) == {"f"} and np.isfinite(block := np.stack(numbers, axis=1)).all():
+            out[:, :len(_NUMERIC_COLUMNS)] = block  # Triton's FP32 tensors, in one go (first in both)
+        else:
+            for column in _NUMERIC_COLUMNS:
+                out[:, _FEATURE_INDEX[column]] = _numeric(arrays[column], column)
         out[:, _FEATURE_INDEX["Amount"]] = _numeric(arrays["Amount"], "Amount", currency=True)
         out[:, _FEATURE_INDEX["Hour"]], out[:, _FEATURE_INDEX["Minute"]] = _hour_minute(arrays["Time"])
-        out[:, _FEATURE_INDEX["Errors?"]] = ~_is_missing(_as_bytes(arrays["Errors?"], "Errors?"))
-        codes = {}
-        for column in ENCODED_COLUMNS:
-            codes[column], miss, canonical = self._lookup[column].encode(arrays[column])
-            if column == "Merchant City":
-                online = self._online_city[codes[column]]
-                if miss is not None:
-                    online[miss] = canonical == b"ONLINE"
-            elif column == "Merchant State":
-                domestic = self._domestic_state[codes[column]]
-                if miss is not None:
-                    domestic[miss] = _in_sorted(_US_OR_ONLINE, canonical)
+        errors = arrays["Errors?"]
+        flags = self._errors.of_objects(errors) if errors.dtype.kind == "O" else None
+        out[:, _FEATURE_INDEX["Errors?"]] = ~_is_missing(_as_bytes(errors, "Errors?")) if flags is None else flags
+        for column, values in self._category_codes(arrays).items():
+            out[:, _FEATURE_INDEX[column]] = values
+        return out
+
+    def _category_codes(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The six codes, the location rules applied. Raises for the first column, in
+        ENCODED_COLUMNS order, whose values the rules refuse."""
+        located = self._locations.codes(arrays)
+        if located is not None:
+            try:
+                return {**located, **{column: self._lookup[column].ids(arrays[column]) for column in _UNLOCATED}}
+            except FeatureInputError:
+                pass  # below, column by column in their order: the error is the first column's
+        return self._locate({column: self._lookup[column].ids(arrays[column]) for column in ENCODED_COLUMNS})
+
+    def _locate(self, ids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outcomes -> codes, the location rules applied (the columns with no flags keep theirs)."""
+        city, state = self._lookup["Merchant City"], self._lookup["Merchant State"]
+        online = city.outcome_flags[ids["Merchant City"]]
+        domestic = state.outcome_flags[ids["Merchant State"]]
+        codes = {**ids, "Merchant City": city.outcome_codes[ids["Merchant City"]]}
+        codes["Merchant State"] = state.outcome_codes[ids["Merchant State"]]
         if online.any():
             domestic |= online
             codes["Merchant State"] = np.where(online, self._rule_codes["Merchant State", b"ONLINE"],
@@ -528,26 +756,28 @@ class FeatureEncoder:
             codes["Zip"] = np.where(online, self._rule_codes["Zip", b"ONLINE"], codes["Zip"])
         if not domestic.all():
             codes["Zip"] = np.where(domestic, codes["Zip"], self._rule_codes["Zip", b"FOREIGN"])
-        for column, values in codes.items():
-            out[:, _FEATURE_INDEX[column]] = values
-        return out
+        return codes
 
 
 # --------------------------------------------------------------------------- small batches, as lists
-# At a few rows numpy's fixed cost per call (some 280 calls per transform) is the whole cost, and
-# Python lists with dictionary look-ups are several times faster; per row they cost more, and
-# past about 200 rows (measured: bench/bench_preprocessing.py) the whole-column path wins. The
-# list path takes only plain values — the bytes or str Triton and DataFrames hand over, integer
-# or float numbers, "HH:MM" times, amounts like "$-64.00" — and answers None for anything else,
-# so that the column path, with its exact rules and error messages, decides every unusual row.
+# At a few rows numpy's fixed cost per call is the whole cost, and Python lists with dictionary
+# look-ups are several times faster; per row they cost more, and past about 200 rows (measured:
+# bench/bench_preprocessing.py) the whole-column path wins. The list path takes only plain
+# values — the bytes or str Triton and DataFrames hand over, integer or float numbers, "HH:MM"
+# times, amounts like "$-64.00" — and answers None for anything else, so that the column path,
+# with its exact rules and error messages, decides every unusual row.
 _ROW_PATH_MAX_ROWS = 160
-_PLAIN_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]*)?")
-_PLAIN_TIME = re.compile(rb"([0-9]{1,2}):([0-9]{2})(?::.*)?", re.DOTALL)
+# Whole columns are checked with one regular expression over their values joined by newlines;
+# no value can hold a newline, so the pieces are the values. 300 digits cannot overflow a double.
+_PLAIN_AMOUNTS = re.compile(rb"(?:\$?-?[0-9]{1,300}(?:\.[0-9]*)?\n)*")
+_PLAIN_TIMES = re.compile(rb"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]\n)*")
+_TWO_ZEROS = 11 * ord("0")  # subtracted from 10 * tens + units of two ASCII digits
 # an integer code already in canonical form (with TabFormer's ".0"): the rules leave it as it is
 _CANONICAL_INTEGER = re.compile(rb"(?:-?[1-9][0-9]*|0)(?:\.0)?")
 _MISSING_SET = frozenset(_MISSING.tolist())
-_TEXT_COLUMNS = (*ENCODED_COLUMNS, "Time", "Amount", "Errors?")
-_US_OR_ONLINE_SET = frozenset(_US_OR_ONLINE.tolist())
+# The numeric columns come first in RAW_INPUT_COLUMNS and in FEATURE_NAMES (a test checks).
+_TEXT_COLUMNS = RAW_INPUT_COLUMNS[len(_NUMERIC_COLUMNS):]
+_SHAPE, _KIND = attrgetter("shape"), attrgetter("dtype.kind")
 _WHITESPACE = b" \t\n\r\x0b\x0c"
 
 
@@ -567,9 +797,8 @@ def _plain_column(array: np.ndarray) -> list[bytes] | None:
     kind = array.dtype.kind
     if kind in "OSU":
         values = array.tolist()
-        kinds = set(map(type, values))
-        if kinds == {bytes}:  # Triton's BYTES tensors: checked in two C calls, not per value
-            return None if b"\x00" in b"".join(values) else values
+        if set(map(type, values)) == {bytes}:  # Triton's BYTES tensors (a NUL is looked at later)
+            return values
         texts = [_plain_text(value) for value in values]
     elif kind in "iu":
         texts = [str(value).encode() for value in array.tolist()]
@@ -600,119 +829,154 @@ def _canonical_integer_one(text: bytes) -> bytes:
     return b"-" + digits if negative and digits != b"0" else digits
 
 
-class _RowPath:
-    """:meth:`FeatureEncoder.transform` for a small batch of plain rows, as Python lists, with
-    dictionaries built once."""
-
-    def __init__(self, encoder: FeatureEncoder) -> None:
-        self.tables = {column: dict(zip(lookup.keys.tolist(), lookup.codes.tolist(), strict=True))
-                       for column, lookup in encoder._lookup.items()}
-        self.unknown_codes = encoder.unknown_codes
-        self.unknown = encoder.unknown_value.encode()
-        self.online_city = encoder._online_city.tolist()
-        self.domestic_state = encoder._domestic_state.tolist()
-        self.state_online = encoder._rule_codes["Merchant State", b"ONLINE"]
-        self.zip_online = encoder._rule_codes["Zip", b"ONLINE"]
-        self.zip_foreign = encoder._rule_codes["Zip", b"FOREIGN"]
-        self.numeric_index = [_FEATURE_INDEX[c] for c in _NUMERIC_COLUMNS]
-        self.columns = [(c, _FEATURE_INDEX[c]) for c in ENCODED_COLUMNS]
-
-    def _canonical(self, text: bytes, column: str) -> bytes | None:
-        """:func:`_canonical_bytes` for one value; None where that raises (not UTF-8)."""
-        text = text.strip(_WHITESPACE)
+def _judge(lookup: _ColumnLookup, value: Any) -> int | None:
+    """The outcome of one value not seen before, by the rules as the column path applies them;
+    None where only the column path may judge it (not bytes, a NUL, not UTF-8)."""
+    if type(value) is not bytes or b"\x00" in value:
+        return None
+    # the common new value, never seen and already canonical: its own canonical form, which the
+    # classes lack, so unknown — no string processing at all
+    if (_CANONICAL_INTEGER.fullmatch(value) if lookup.integer
+            else value.isascii() and value and value.strip(_WHITESPACE) == value):
+        canonical, code = value.removesuffix(b".0") if lookup.integer else value, lookup.unknown_code
+    else:
+        text = value.strip(_WHITESPACE)
         try:
             text.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        if text in _MISSING_SET:
-            return self.unknown
-        return _canonical_integer_one(text) if column in _INTEGER_CODE_COLUMNS else text
+        canonical = _canonical_integer_one(text) if lookup.integer else text
+        canonical = lookup.unknown if text in _MISSING_SET else canonical
+        code = lookup.base.get(canonical, lookup.unknown_code)
+    return code + lookup.width * ((canonical in lookup.flag_set) != bool(lookup.class_flags[code]))
 
-    def _codes(self, texts: list[bytes], column: str) -> tuple[list[int], list[bytes | None]] | None:
-        """Each value's code, and its canonical bytes where it missed the table (else None);
-        None when a miss is not valid UTF-8."""
-        table = self.tables[column]
-        codes = [table.get(text) for text in texts]
-        canonical: list[bytes | None] = [None] * len(texts)
-        if None in codes:
-            unknown = self.unknown_codes[column]
-            integer = column in _INTEGER_CODE_COLUMNS
-            for row, code in enumerate(codes):
-                if code is not None:
-                    continue
-                text = texts[row]
-                # the common miss, a value never seen and already canonical: its own canonical
-                # form, which the table lacks, so unknown — no string processing at all
-                if (_CANONICAL_INTEGER.fullmatch(text) if integer
-                        else text.isascii() and text and text.strip(_WHITESPACE) == text):
-                    codes[row], canonical[row] = unknown, text.removesuffix(b".0") if integer else text
-                    continue
-                value = self._canonical(text, column)
-                if value is None:
+
+def _fill(lookup: _ColumnLookup, values: list[Any], ids: list[int | None]) -> list[int] | None:
+    """``ids`` (from ``lookup.seen``) with the values not seen yet judged and learned; None when
+    one is not plain."""
+    if None not in ids:
+        return ids  # type: ignore[return-value]
+    learned: dict[bytes, int] = {}
+    for row, found in enumerate(ids):
+        if found is None:
+            value = values[row]
+            found = learned.get(value)
+            if found is None:
+                found = _judge(lookup, value)
+                if found is None:
                     return None
-                codes[row] = table.get(value, unknown)
-                canonical[row] = value
-        return codes, canonical  # type: ignore[return-value]
+                learned[value] = found
+            ids[row] = found
+    lookup.learn(learned)
+    return ids  # type: ignore[return-value]
+
+
+class _RowPath:
+    """:meth:`FeatureEncoder.transform` for a small batch of plain rows, as Python lists."""
+
+    def __init__(self, encoder: FeatureEncoder) -> None:
+        # each encoded column's lookup, and where its values are among the text columns
+        self.encoded = [(encoder._lookup[column], _TEXT_COLUMNS.index(column)) for column in ENCODED_COLUMNS]
+        self.errors = encoder._errors
+        city, state = encoder._lookup["Merchant City"], encoder._lookup["Merchant State"]
+        self.city_codes, self.city_online = city.outcome_codes.tolist(), city.outcome_flags.tolist()
+        self.state_codes, self.state_domestic = state.outcome_codes.tolist(), state.outcome_flags.tolist()
+        self.state_online = encoder._rule_codes["Merchant State", b"ONLINE"]
+        self.zip_online = encoder._rule_codes["Zip", b"ONLINE"]
+        self.zip_foreign = encoder._rule_codes["Zip", b"FOREIGN"]
+
+    def transform_request(self, data: dict[str, Any]) -> np.ndarray | None:
+        """A Triton request, ``[batch, 1]`` arrays: read straight into lists, with none of
+        gather_columns' checks for other inputs (numpy's cost per call is most of the cost at
+        these sizes); None when the request is not that."""
+        try:
+            arrays = [data[name] for name in RAW_INPUT_COLUMNS]
+            rows = len(arrays[0])
+            if (not 0 < rows <= _ROW_PATH_MAX_ROWS or set(map(_SHAPE, arrays)) != {(rows, 1)}
+                    or set(map(_KIND, arrays[:len(_NUMERIC_COLUMNS)])) != {"f"}):
+                return None
+            if rows == 1:
+                return self._one([array.item() for array in arrays])
+            return self._features([array.ravel().tolist() for array in arrays])
+        except (KeyError, TypeError, AttributeError):  # not arrays
+            return None
 
     def transform(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
-        """The features, or None when a value is not plain (the column path then decides)."""
-        features: list[list[float] | list[int] | None] = [None] * len(FEATURE_NAMES)
-        for column, position in zip(_NUMERIC_COLUMNS, self.numeric_index, strict=True):
-            array = arrays[column]
-            if array.dtype.kind not in "iuf":
-                return None
-            values = [float(value) for value in array.tolist()]
-            if not all(map(math.isfinite, values)):
-                return None
-            features[position] = values
-        lists = [arrays[column].tolist() for column in _TEXT_COLUMNS]
-        if set(map(type, itertools.chain.from_iterable(lists))) == {bytes}:
-            # Triton's BYTES tensors, all of them checked in a few C calls
-            if b"\x00" in b"".join(itertools.chain.from_iterable(lists)):
-                return None
-            texts = dict(zip(_TEXT_COLUMNS, lists, strict=True))
-        else:
-            texts = {}
-            for column in _TEXT_COLUMNS:
-                texts[column] = _plain_column(arrays[column])
-                if texts[column] is None:
-                    return None
-        amounts = [text.strip(_WHITESPACE).lstrip(b"$") for text in texts["Amount"]]
-        times = [_PLAIN_TIME.fullmatch(text.strip(_WHITESPACE)) for text in texts["Time"]]
-        if None in times or not all(map(_PLAIN_NUMBER.fullmatch, amounts)):
+        """Gathered columns of any kind; None when a value is not plain."""
+        numbers = [arrays[name] for name in _NUMERIC_COLUMNS]
+        if any(column.dtype.kind not in "iuf" for column in numbers):
             return None
-        hours = [int(match.group(1)) for match in times]  # type: ignore[union-attr]
-        minutes = [int(match.group(2)) for match in times]  # type: ignore[union-attr]
-        if max(hours) >= 24 or max(minutes) >= 60:
+        texts = [_plain_column(arrays[name]) for name in _TEXT_COLUMNS]
+        if None in texts:
             return None
-        index = _FEATURE_INDEX
-        features[index["Amount"]] = [float(amount) for amount in amounts]
-        features[index["Hour"]], features[index["Minute"]] = hours, minutes
-        features[index["Errors?"]] = [0.0 if text.strip(_WHITESPACE) in _MISSING_SET else 1.0
-                                      for text in texts["Errors?"]]
-        codes, canonical = {}, {}
-        for column in ENCODED_COLUMNS:
-            found = self._codes(texts[column], column)
-            if found is None:
-                return None
-            codes[column], canonical[column] = found
-        online = [self.online_city[code] if text is None else text == b"ONLINE"
-                  for code, text in zip(codes["Merchant City"], canonical["Merchant City"], strict=True)]
-        domestic = [self.domestic_state[code] if text is None else text in _US_OR_ONLINE_SET
-                    for code, text in zip(codes["Merchant State"], canonical["Merchant State"], strict=True)]
-        if any(online):
-            codes["Merchant State"] = [self.state_online if on else code
-                                       for on, code in zip(online, codes["Merchant State"], strict=True)]
-            codes["Zip"] = [self.zip_online if on else code for on, code in zip(online, codes["Zip"], strict=True)]
+        # numbers as the column path converts them
+        return self._features([column.astype(np.float64).tolist() for column in numbers] + texts)  # type: ignore[operator]
+
+    def _features(self, columns: list[list[Any]]) -> np.ndarray | None:
+        """The features from the columns' values in RAW_INPUT_COLUMNS order (the numbers Python
+        floats), or None."""
+        numbers, texts = columns[:len(_NUMERIC_COLUMNS)], columns[len(_NUMERIC_COLUMNS):]
+        if not math.isfinite(sum(map(sum, numbers))):  # a sum of finite values may overflow: then
+            return None  # the column path decides
+        times, amounts, errors = texts[0], texts[1], texts[-1]
+        if set(map(type, times + amounts)) != {bytes}:
+            return None
+        time_text, amount_text = b"\n".join(times) + b"\n", b"\n".join(amounts) + b"\n"
+        if _PLAIN_TIMES.fullmatch(time_text) is None or _PLAIN_AMOUNTS.fullmatch(amount_text) is None:
+            return None
+        flags = self.errors.of_list(errors)
+        ids = [list(map(lookup.seen.get, texts[at])) for lookup, at in self.encoded]
+        if None in chain.from_iterable(ids):  # new values: the rules judge them
+            for column, (lookup, at) in enumerate(self.encoded):
+                if None in ids[column]:
+                    ids[column] = _fill(lookup, texts[at], ids[column])  # type: ignore[assignment]
+        if flags is None or None in ids:
+            return None
+        zip_codes, mcc_codes, name_codes, chip_codes, city_ids, state_ids = ids  # ENCODED_COLUMNS
+        online = list(map(self.city_online.__getitem__, city_ids))  # type: ignore[arg-type]
+        domestic = list(map(self.state_domestic.__getitem__, state_ids))  # type: ignore[arg-type]
+        city_codes = list(map(self.city_codes.__getitem__, city_ids))  # type: ignore[arg-type]
+        state_codes = list(map(self.state_codes.__getitem__, state_ids))  # type: ignore[arg-type]
+        if True in online:
+            state_codes = [self.state_online if on else code for on, code in zip(online, state_codes, strict=True)]
+            zip_codes = [self.zip_online if on else code for on, code in zip(online, zip_codes, strict=True)]
             domestic = [on or inland for on, inland in zip(online, domestic, strict=True)]
-        if not all(domestic):
-            codes["Zip"] = [code if inland else self.zip_foreign
-                            for inland, code in zip(domestic, codes["Zip"], strict=True)]
-        for column, position in self.columns:
-            features[position] = codes[column]
-        # float64 first, as the column path computes: the same float32 values
-        # Python floats are doubles: straight to float32 rounds as the column path's float64 does
-        return np.ascontiguousarray(np.array(features, dtype=np.float32).T)
+        if False in domestic:
+            zip_codes = [code if inland else self.zip_foreign for inland, code in zip(domestic, zip_codes, strict=True)]
+        # In FEATURE_NAMES order. Python floats are doubles, so float32 rounds them as the column
+        # path rounds its float64 values.
+        out = np.array([
+            *numbers, list(map(float, amount_text.replace(b"$", b"").split())), chip_codes, name_codes,
+            city_codes, state_codes, zip_codes, mcc_codes, flags,
+            [text[0] * 10 + text[1] - _TWO_ZEROS for text in times],
+            [text[3] * 10 + text[4] - _TWO_ZEROS for text in times],
+        ], dtype=np.float32).T
+        return out if len(times) == 1 else np.ascontiguousarray(out)  # one row: contiguous already
+
+    def _one(self, row: list[Any]) -> np.ndarray | None:
+        """:meth:`_features` for a request of one row, the usual served request, value by value:
+        at one row, making a list per column costs more than the rules."""
+        user, card, year, month, day, time, amount = row[:7]
+        if (not math.isfinite(user + card + year + month + day) or type(time) is not bytes
+                or type(amount) is not bytes or _PLAIN_TIMES.fullmatch(time + b"\n") is None
+                or _PLAIN_AMOUNTS.fullmatch(amount + b"\n") is None):
+            return None
+        texts = row[len(_NUMERIC_COLUMNS):]
+        flag = self.errors.seen.get(texts[-1])
+        ids = [lookup.seen.get(texts[at]) for lookup, at in self.encoded]
+        if flag is None or None in ids:  # new values: judged as lists of one
+            flags = self.errors.of_list(texts[-1:])
+            found = [_fill(lookup, [texts[at]], [code]) for (lookup, at), code in zip(self.encoded, ids, strict=True)]
+            if flags is None or None in found:
+                return None
+            flag, ids = flags[0], [codes[0] for codes in found]  # type: ignore[index]
+        zip_code, mcc, name, chip, city, state = ids  # ENCODED_COLUMNS
+        online, domestic = self.city_online[city], self.state_domestic[state]  # type: ignore[index]
+        state = self.state_online if online else self.state_codes[state]  # type: ignore[index]
+        zip_code = self.zip_online if online else zip_code if domestic else self.zip_foreign
+        return np.array([[user, card, year, month, day, float(amount.replace(b"$", b"")), chip, name,
+                          self.city_codes[city], state, zip_code, mcc, flag,  # type: ignore[index]
+                          time[0] * 10 + time[1] - _TWO_ZEROS, time[3] * 10 + time[4] - _TWO_ZEROS]], dtype=np.float32)
 
 
 def check_numeric_columns(arrays: Mapping[str, np.ndarray]) -> None:
