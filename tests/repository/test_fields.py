@@ -52,7 +52,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 
 
 @pytest.mark.parametrize(("extra", "input_extra", "field", "severity"), [
-    ("sequence_batching { direct { } }", "", "sequence_batching", "error"),
+    ("sequence_batching { oldest { } }", "", "sequence_batching.oldest", "error"),
     ("", "allow_ragged_batch: true", "input[0].allow_ragged_batch", "error"),
     ("", "reshape { shape: [ 1, 2 ] }", "input[0].reshape", "error"),
     ('batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 '
@@ -107,10 +107,10 @@ def write(repo, extra: str) -> None:
 def test_a_refused_field_fails_the_load_and_validate_naming_model_and_field(tmp_path):
     from triton_nb.serving import serve
 
-    write(tmp_path, "sequence_batching { direct { } }")
+    write(tmp_path, "sequence_batching { oldest { } }")
     problems = validate_repository(tmp_path)
-    assert any(p.severity == "error" and p.field == "sequence_batching" and p.model == "m" for p in problems)
-    refused = r"model 'm'.*sequence_batching: not supported by triton_nb"
+    assert any(p.severity == "error" and p.field == "sequence_batching.oldest" and p.model == "m" for p in problems)
+    refused = r"model 'm'.*sequence_batching.oldest: not supported by triton_nb"
     with serve(tmp_path, model_control_mode="explicit") as server, pytest.raises(InvalidArgumentError, match=refused):
         server.load_model("m")
 

@@ -213,7 +213,7 @@ def effective_config(
     non-ensemble model's ``optimization`` gets Triton's pinned-memory defaults (``enable: true``
     for input and output, unless set), a Python model ``default_model_filename: "model.py"`` and
     an ensemble an empty ``model_transaction_policy``, so that the config has the fields real
-    Triton's has.
+    Triton's has; a sequence batcher without ``max_sequence_idle_microseconds`` gets Triton's 1 s.
     """
     effective = ModelConfig()
     effective.CopyFrom(config)
@@ -231,6 +231,8 @@ def effective_config(
         effective.backend = "onnxruntime"
     elif effective.backend == "onnxruntime" and not effective.platform:
         effective.platform = "onnxruntime_onnx"
+    if effective.HasField("sequence_batching") and not effective.sequence_batching.max_sequence_idle_microseconds:
+        effective.sequence_batching.max_sequence_idle_microseconds = 1_000_000  # Triton's default, shown in its config
     if is_ensemble(effective):
         effective.model_transaction_policy.SetInParent()  # Triton shows {"decoupled": false} for ensembles
     else:
@@ -316,6 +318,8 @@ def check_model_config(config: ModelConfig, model: str, file: str = CONFIG_FILEN
             if size < 1 or (config.max_batch_size and size > config.max_batch_size):
                 problem("dynamic_batching.preferred_batch_size",
                         f"{size} must be between 1 and max_batch_size ({config.max_batch_size})")
+    if config.HasField("sequence_batching"):
+        problems.extend(_check_sequence(config, model, file))
     if is_ensemble(config):
         if config.instance_group:
             problem("instance_group", "an ensemble must not have instance groups")
@@ -334,6 +338,60 @@ def check_model_config(config: ModelConfig, model: str, file: str = CONFIG_FILEN
                 "(fil, python, onnxruntime, or platform ensemble)", severity="warning")
     for finding in check_fields(config):  # nothing set is ignored without a word
         problem(finding.field, finding.message, severity=finding.severity)
+    return problems
+
+
+_CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
+
+
+def _check_sequence(config: ModelConfig, model: str, file: str) -> list[Problem]:
+    """Triton's load-time checks of ``sequence_batching`` (model_config_utils.cc), in its words:
+    the control inputs the sequence batcher would otherwise build wrongly."""
+    batching = config.sequence_batching
+    kinds = mc.ModelSequenceBatching.Control
+    where = "sequence_batching.control_input"
+    problems: list[Problem] = []
+
+    def problem(field: str, message: str) -> None:
+        problems.append(Problem(model, file, field, message))
+
+    names: set[str] = set()
+    seen: set[int] = set()
+    for i, control_input in enumerate(batching.control_input):
+        if not control_input.name:
+            problem(f"{where}[{i}].name", f"sequence batching control tensor must have a name for {model}")
+        elif control_input.name in names:
+            problem(f"{where}[{i}].name", f"sequence batching control tensor '{control_input.name}' is specified "
+                    f"for multiple control kinds for {model}")
+        names.add(control_input.name)
+        for control in control_input.control:
+            kind = kinds.Kind.Name(control.kind)
+            if control.kind in seen:
+                problem(f"{where}[{i}].control", f"sequence batching specifies multiple {kind} tensors for {model}")
+            seen.add(control.kind)
+            given = [values for values in (control.int32_false_true, control.fp32_false_true,
+                                           control.bool_false_true) if values]
+            if control.kind == kinds.CONTROL_SEQUENCE_CORRID:
+                if given:
+                    problem(f"{where}[{i}].control", "sequence batching must not specify either "
+                            f"'int32_false_true', 'fp32_false_true' or 'bool_false_true' for {kind} for {model}")
+                elif control.data_type not in _CORRID_TYPES:
+                    problem(f"{where}[{i}].control.data_type", f"unexpected data type for control {kind} for "
+                            f"{model}. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 "
+                            "and TYPE_STRING")
+            elif not given:
+                problem(f"{where}[{i}].control", "sequence batching must specify either 'int32_false_true', "
+                        f"'fp32_false_true' or 'bool_false_true' for {kind} for {model}")
+            elif len(given) > 1:
+                problem(f"{where}[{i}].control", "sequence batching specifies more than one from "
+                        f"'int32_false_true', 'fp32_false_true' and 'bool_false_true' for {kind} for {model}")
+            elif len(given[0]) != 2:
+                problem(f"{where}[{i}].control", f"sequence batching control values must have exactly 2 entries "
+                        f"for {kind} for {model}")
+    utilization = batching.direct.minimum_slot_utilization
+    if not 0.0 <= utilization <= 1.0:
+        problem("sequence_batching.direct.minimum_slot_utilization",
+                f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {model}")
     return problems
 
 

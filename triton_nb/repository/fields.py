@@ -1,6 +1,6 @@
 """Every field of Triton's ``ModelConfig``: served as Triton serves it, refused, or warned about.
 
-A repository that real Triton serves with sequence batching, a rate limiter or ragged batches
+A repository that real Triton serves with implicit sequence state, a rate limiter or ragged batches
 must not run differently here without a word. :data:`FIELD_RULES` therefore names each field
 path of the ``model_config.proto`` schema (``input.reshape``, ``instance_group.rate_limiter``)
 with what triton_nb does with it:
@@ -56,6 +56,10 @@ def _served_by_onnxruntime(config: ModelConfig) -> str:
 def _cacheable(config: ModelConfig) -> str:
     # Triton refuses a cache on a decoupled model at load, whether or not the server has a cache
     return REFUSED if config.response_cache.enable and config.model_transaction_policy.decoupled else SERVED
+
+
+def _sequence_backend(config: ModelConfig) -> str:
+    return SERVED if config.backend == "python" else REFUSED
 
 
 def _unless_default(pinned: Any) -> str:
@@ -136,8 +140,28 @@ FIELD_RULES: dict[str, FieldRule] = {
     "dynamic_batching.default_queue_policy.allow_timeout_override": FieldRule(SERVED),
     "dynamic_batching.default_queue_policy.max_queue_size": FieldRule(SERVED),
     "dynamic_batching.priority_queue_policy": FieldRule(SERVED),
-    "sequence_batching": FieldRule(REFUSED, "the sequence batcher (stateful models) is not implemented yet; "
-                                            "requests would run without sequence slots, controls or state"),
+    "sequence_batching": FieldRule(SERVED, "the sequence batcher is implemented for Python-backend models only: "
+                                           "the others would get control tensors they do not read",
+                                   when=_sequence_backend),
+    "sequence_batching.direct": FieldRule(SERVED),
+    "sequence_batching.direct.max_queue_delay_microseconds": FieldRule(SERVED),
+    "sequence_batching.direct.minimum_slot_utilization": FieldRule(SERVED),
+    "sequence_batching.oldest": FieldRule(REFUSED, "the sequence batcher's oldest strategy is not implemented; "
+                                                   "use direct (the default)"),
+    "sequence_batching.max_sequence_idle_microseconds": FieldRule(SERVED),
+    "sequence_batching.control_input": FieldRule(SERVED),
+    "sequence_batching.control_input.name": FieldRule(SERVED),
+    "sequence_batching.control_input.control": FieldRule(SERVED),
+    "sequence_batching.control_input.control.kind": FieldRule(SERVED),
+    "sequence_batching.control_input.control.int32_false_true": FieldRule(SERVED),
+    "sequence_batching.control_input.control.fp32_false_true": FieldRule(SERVED),
+    "sequence_batching.control_input.control.bool_false_true": FieldRule(SERVED),
+    "sequence_batching.control_input.control.data_type": FieldRule(SERVED),
+    "sequence_batching.state": FieldRule(REFUSED, "implicit state (state tensors kept by the server between the "
+                                                  "requests of a sequence) is not implemented; keep the state in "
+                                                  "the model, keyed by the CORRID control input"),
+    "sequence_batching.iterative_sequence": FieldRule(REFUSED, "iterative sequences (request rescheduling) are not "
+                                                               "implemented"),
     "ensemble_scheduling": FieldRule(SERVED),
     "ensemble_scheduling.step": FieldRule(SERVED),
     "ensemble_scheduling.step.model_name": FieldRule(SERVED),

@@ -42,6 +42,7 @@ from triton_nb.server.types import InferRequest, InferResponse
 __all__ = ["EnsembleScheduler"]
 
 Submit = Callable[[InferRequest], Future]
+_SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
 #: Whether model (name, version) takes one request carrying ``rows`` rows of several ensemble requests.
 Carry = Callable[[str, int, int], bool]
 
@@ -213,6 +214,10 @@ class _EnsembleRun:
                 request_id=self.request.request_id,
                 priority=self.request.priority,
                 timeout_microseconds=self.request.timeout_microseconds,
+                # Triton hands each step the request's correlation id and flags: a step may be a
+                # sequence model
+                parameters={key: value for key, value in self.request.parameters.items() if key in _SEQUENCE_KEYS}
+                if self.request.parameters else {},
             )
             self.scheduler._submit_step(self, index, step_request)
 

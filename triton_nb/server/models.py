@@ -48,6 +48,7 @@ from triton_nb.server.checks import _TensorSpec
 from triton_nb.server.ensemble import EnsembleScheduler, Submit
 from triton_nb.server.instances import _run_batch, add_instance
 from triton_nb.server.rate_limiter import RateLimiter
+from triton_nb.server.sequence import SequenceScheduler
 from triton_nb.server.stats import ModelStats, ServerStats
 
 __all__ = ["ModelManager", "ModelState"]
@@ -416,8 +417,13 @@ class ModelManager:
             version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
                                                  carry=self._accepts_carried)
             return version
-        version.scheduler = Scheduler(name, number, SchedulerSettings.from_config(config),
-                                      lambda backend, requests: _run_batch(version, backend, requests), stats=stats)
+        def run(backend: object, requests: list) -> list:
+            return _run_batch(version, backend, requests)
+
+        if config.HasField("sequence_batching"):  # the direct strategy (oldest is refused at load)
+            version.scheduler = SequenceScheduler(name, number, config, run, stats=stats)
+        else:
+            version.scheduler = Scheduler(name, number, SchedulerSettings.from_config(config), run, stats=stats)
         try:
             for group in config.instance_group:
                 for _ in range(group.count):
