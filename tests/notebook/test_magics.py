@@ -76,7 +76,8 @@ def test_start_status_config_and_model_control(shell, started, capsys):
     assert shell.user_ns["triton_server"] is started and started.http_port and started.grpc_port
     status = shell.run_line_magic("triton", "status")
     assert list(status.columns) == ["model", "version", "state", "reason", "queue_depth", "requests_served",
-                                    "warnings"]
+                                    "cache_hit_ratio", "warnings"]
+    assert status["cache_hit_ratio"].isna().all()  # a server without a response cache looks nothing up
     assert set(status["model"]) == {"scale", "triple"} and (status["state"] == "READY").all()
     warnings = status.set_index("model")["warnings"]
     assert warnings["scale"] == "" and warnings["triple"].startswith("optimization.cuda: has no effect here")
@@ -241,3 +242,15 @@ def test_stop_and_unload(shell, magics, tmp_path):
     one_line_usage(lambda: shell.run_line_magic("triton", "stop"), r"no server")
     one_line_usage(lambda: shell.run_line_magic("triton", "status"), r"%triton start")
     one_line_usage(lambda: shell.run_line_magic("triton", f"start {tmp_path / 'nowhere'}"), r"does not exist")
+
+
+def test_status_shows_each_models_cache_hit_ratio(magics, tmp_path):
+    write_scale_model(tmp_path)
+    with (tmp_path / "scale" / "config.pbtxt").open("a") as config:
+        config.write("response_cache { enable: true }\n")
+    with triton_nb.serve(tmp_path, cache_size_bytes=1 << 20) as server:
+        client = server.client()
+        for value in (1.0, 1.0, 1.0, 2.0):  # a miss, two hits, a miss
+            client.infer("scale", {"X": np.full((1, 2), value, np.float32)})
+        status = magics._status(server).set_index("model")
+    assert status.loc["scale", "cache_hit_ratio"] == pytest.approx(0.5)

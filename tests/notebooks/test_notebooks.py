@@ -62,6 +62,9 @@ def test_03_serve_and_infer(workdir, monkeypatch):
     assert "NOT FRAUD" in text  # %%triton_infer labelled the ensemble's answers
     assert "{'http': True, 'grpc': True}" in text  # tritonclient over both agrees with in-process
     assert "'failed': 0" in text and "server stopped; no threads left" in text
+    assert re.search(r"ensemble\s+\d+\s+0\.75\b", text), text  # 48 of 64 repeated requests from the cache
+    # the running count per card: card 1001's third request has seen 25 + 40 + 3, card 2002's second 9.5 + 120
+    assert re.search(r"1001\s+3\.0\s+3\s+68\.0", text) and re.search(r"2002\s+120\.0\s+2\s+129\.5", text), text
 
 
 def test_04_tune_batching(workdir, monkeypatch):

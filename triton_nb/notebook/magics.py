@@ -294,9 +294,13 @@ class TritonMagics(Magics):
             raise _usage(f"unknown model '{name}'{hint}; the repository has: {', '.join(known) or 'nothing'}")
 
     def _status(self, server: Any) -> pd.DataFrame:
-        served = {}
+        served, hit_ratio = {}, {}
         for entry in server.statistics().get("model_stats", []):
-            served[(entry["name"], entry["version"])] = int(entry["inference_stats"]["success"]["count"])
+            key = (entry["name"], entry["version"])
+            stats = entry["inference_stats"]
+            served[key] = int(stats["success"]["count"])
+            hits, misses = int(stats["cache_hit"]["count"]), int(stats["cache_miss"]["count"])
+            hit_ratio[key] = hits / (hits + misses) if hits + misses else math.nan  # NaN: never looked up
         rows = []
         for entry in server.repository_index():
             name, version, state = entry["name"], entry.get("version", ""), entry.get("state", "")
@@ -307,9 +311,10 @@ class TritonMagics(Magics):
             rows.append({"model": name, "version": version, "state": state or "NOT LOADED",
                          "reason": entry.get("reason", ""), "queue_depth": depth,
                          "requests_served": served.get((name, version), 0),
+                         "cache_hit_ratio": hit_ratio.get((name, version), math.nan),
                          "warnings": "; ".join(server.config_warnings(name))})
         return pd.DataFrame(rows, columns=["model", "version", "state", "reason", "queue_depth", "requests_served",
-                                           "warnings"])
+                                           "cache_hit_ratio", "warnings"])
 
     # ------------------------------------------------------------------ %triton
     @magic_arguments()
