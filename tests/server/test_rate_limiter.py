@@ -137,9 +137,34 @@ def wait_until(condition, what: str) -> None:
         time.sleep(0.005)
 
 
-def held_pair_runs_together(server, folders) -> bool:
+class _GrpcCalls:
+    """``async_infer(model, {"X": x})`` over tritonclient.grpc, answers as ``get_result``-able."""
+
+    def __init__(self, server) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.module = grpcclient
+        self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+    def async_infer(self, model: str, inputs: dict[str, np.ndarray]):
+        from concurrent.futures import Future
+
+        answer: Future = Future()
+        tensor = self.module.InferInput("X", list(inputs["X"].shape), "FP32")
+        tensor.set_data_from_numpy(inputs["X"])
+        self.client.async_infer(model, [tensor], lambda result, error: answer.set_exception(error) if error
+                                else answer.set_result(result))
+
+        class _Result:
+            def get_result(self, timeout=None):
+                return answer.result(timeout)
+
+        return _Result()
+
+
+def held_pair_runs_together(server, folders, protocol: str = "inprocess") -> bool:
     """Hold held_a's batch; report whether held_b's batch started meanwhile (then let both end)."""
-    client = server.client()
+    client = server.client() if protocol == "inprocess" else _GrpcCalls(server)
     x = np.ones((1, 2), np.float32)
     try:
         first = client.async_infer("held_a", {"X": x})
@@ -157,11 +182,11 @@ def held_pair_runs_together(server, folders) -> bool:
     return together
 
 
-@pytest.mark.parametrize("is_global", [False, True])
-def test_served_models_sharing_one_copy_run_one_at_a_time(tmp_path, is_global):
+@pytest.mark.parametrize(("is_global", "protocol"), [(False, "inprocess"), (True, "inprocess"), (False, "grpc")])
+def test_served_models_sharing_one_copy_run_one_at_a_time(tmp_path, is_global, protocol):
     folders = write_held_models(tmp_path, is_global=is_global)
-    with serve(tmp_path, rate_limit="execution_count") as server:
-        assert not held_pair_runs_together(server, folders)
+    with serve(tmp_path, rate_limit="execution_count", grpc_port=0) as server:
+        assert not held_pair_runs_together(server, folders, protocol)
         queue = server.statistics("held_b")["model_stats"][0]["inference_stats"]["queue"]
         assert queue["count"] == 1  # its wait for the resource is queue time, as in Triton
 

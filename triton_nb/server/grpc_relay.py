@@ -119,6 +119,7 @@ class _Relay:
         reading = asyncio.ensure_future(self._read(reader))
         await self._shutdown.wait()
         reading.cancel()
+        await _settle_leftover_tasks()
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -220,6 +221,28 @@ class _Relay:
         finally:
             sending.cancel()
             self._streams.pop(stream_id, None)
+
+
+async def _settle_leftover_tasks() -> None:
+    """Cancel and await what gRPC's stopped server left scheduled (a call's watcher that outlives
+    its call), so that no cancelled task's traceback reaches the server's output as the loop closes:
+    a stopped relay says nothing but that it stopped."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def quiet(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if isinstance(context.get("exception"), asyncio.CancelledError):
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(quiet)
+    leftover = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in leftover:
+        task.cancel()
+    await asyncio.gather(*leftover, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> None:
