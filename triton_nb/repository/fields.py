@@ -246,8 +246,7 @@ def check_fields(config: ModelConfig) -> list[FieldFinding]:
     file). A field under a refused or warned message is reported once, at that message, and a
     field set on several tensors or groups once, at the first."""
     problems: list[FieldFinding] = []
-    reported: list[str] = []  # paths already reported: their children are not
-    seen: set[str] = set()
+    reported: list[str] = []  # paths already reported: neither they (at another index) nor their children again
     for path, where in _set_fields(config, "", ""):
         if any(path == done or path.startswith(done + ".") for done in reported):
             continue
@@ -258,10 +257,6 @@ def check_fields(config: ModelConfig) -> list[FieldFinding]:
         if status == SERVED:
             continue
         reported.append(path)
-        key = f"{status}:{path}"
-        if key in seen:  # the same field of several tensors or groups: said once, at the first
-            continue
-        seen.add(key)
         if status == REFUSED:
             problems.append(FieldFinding("error", where, f"not supported by triton_nb: {rule.reason}"))
         else:
