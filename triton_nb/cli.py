@@ -460,6 +460,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise TritonNBError("--load-model needs --model-control-mode=explicit")
     if not (args.allow_http or args.allow_grpc):
         raise TritonNBError("at least one of HTTP and gRPC must be allowed")
+    if args.rate_limit_resource and args.rate_limit == "off":
+        raise TritonNBError("--rate-limit-resource needs --rate-limit execution_count")
     cache_size_bytes = None
     if args.cache_config:
         from triton_nb.server.cache import parse_cache_config

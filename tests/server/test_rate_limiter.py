@@ -215,3 +215,14 @@ def test_rate_limit_options_are_checked():
         serve(".", rate_limit="fast")
     with pytest.raises(InvalidArgumentError, match="need rate_limit='execution_count'"):
         serve(".", rate_limit_resources=["R:1"])
+
+
+def test_the_serve_command_names_its_own_flags(tmp_path, capsys):
+    from triton_nb.cli import main
+
+    write_held_models(tmp_path, ("held_a",))
+    assert main(["serve", "--model-repository", str(tmp_path), "--rate-limit-resource", "R:1"]) == 2
+    assert "--rate-limit-resource needs --rate-limit execution_count" in capsys.readouterr().err
+    assert main(["serve", "--model-repository", str(tmp_path), "--rate-limit", "execution_count",
+                 "--rate-limit-resource", "R:x"]) == 2
+    assert "rate limit resource 'R:x' must be NAME:COUNT" in capsys.readouterr().err
