@@ -44,7 +44,7 @@ the servers more CPU than it adds load). Each point prints the load generator's 
 busy machine, ``--rounds 3`` alternates the three servers three times (each round starting with the
 next one) and keeps each point's median round.
 
-    python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb,triton_nb_fil]
+    python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb,triton_nb_fil,triton_nb_process]
                                     [--concurrency 1,16,32] [--rounds 1] [--inputs fixed|distinct]
 """
 
@@ -82,9 +82,14 @@ SERVERS = {
     "real": ("real Triton 2.51", "python"),
     "triton_nb": ("triton_nb, Python-backend twin", "python"),
     "triton_nb_fil": ("triton_nb, FIL backend", "fil"),
+    # the same directory with every Python-model instance in a process of its own, as Triton runs them
+    "triton_nb_process": ("triton_nb --python-instances process, Python-backend twin", "python"),
 }
 # the table's "tree model" column for triton_nb's rows
-TREE_MODEL_LABELS = {"triton_nb": "python twin (same dir)", "triton_nb_fil": "FIL (ours only)"}
+TREE_MODEL_LABELS = {"triton_nb": "python twin (same dir)", "triton_nb_fil": "FIL (ours only)",
+                     "triton_nb_process": "python twin, process instances"}
+#: extra ``triton-nb serve`` flags of a server
+SERVE_FLAGS = {"triton_nb_process": ("--python-instances", "process")}
 
 
 @dataclass
@@ -405,10 +410,10 @@ def _ready(http_url: str) -> bool:
 
 
 @contextlib.contextmanager
-def triton_nb_server(repo: Path, log_path: Path):
+def triton_nb_server(repo: Path, log_path: Path, flags: tuple[str, ...] = ()):
     """``triton-nb serve`` on ``repo`` in a child process, as a deployment runs it (it also keeps the
     loaded models out of the garbage collector's scans); yields (http_url, grpc_url)."""
-    with triton_nb_serve(repo, ("http", "grpc"), log_path) as (_, endpoints):
+    with triton_nb_serve(repo, ("http", "grpc"), log_path, flags=flags) as (_, endpoints):
         while not _ready(endpoints["http"]):
             time.sleep(0.2)
         yield endpoints["http"], endpoints["grpc"]
@@ -622,7 +627,7 @@ def main() -> None:
                 if name == "real":
                     server = real_triton_server(repos[backend])
                 else:
-                    server = triton_nb_server(repos[backend], work / f"{name}.log")
+                    server = triton_nb_server(repos[backend], work / f"{name}.log", SERVE_FLAGS.get(name, ()))
                 if args.rounds > 1:
                     print(f"round {round_index + 1}/{args.rounds}", end=": ", flush=True)
                 with server as urls:

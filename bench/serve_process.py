@@ -19,12 +19,15 @@ _SERVICES = {"HTTPService": "http", "GRPCInferenceService": "grpc"}
 
 @contextlib.contextmanager
 def triton_nb_serve(repository: Path, protocols: tuple[str, ...] = ("http",), log_path: Path | None = None,
-                    startup_timeout_s: float = 180.0) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
-    """Serve ``repository`` with the ``protocols`` asked for (http, grpc) on free ports; yields the
-    process and ``{"http": "127.0.0.1:PORT", ...}``. Stopped with SIGTERM, as a user would."""
+                    startup_timeout_s: float = 180.0, flags: tuple[str, ...] = ()
+                    ) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    """Serve ``repository`` with the ``protocols`` asked for (http, grpc) on free ports, with more
+    ``flags`` of ``triton-nb serve``; yields the process and ``{"http": "127.0.0.1:PORT", ...}``.
+    Stopped with SIGTERM, as a user would."""
     command = [sys.executable, "-m", "triton_nb.cli", "serve", "--model-repository", str(repository),
                "--http-port", "0", "--grpc-port", "0", "--allow-metrics", "false",
-               "--allow-http", str("http" in protocols).lower(), "--allow-grpc", str("grpc" in protocols).lower()]
+               "--allow-http", str("http" in protocols).lower(), "--allow-grpc", str("grpc" in protocols).lower(),
+               *flags]
     log = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT)
     try:

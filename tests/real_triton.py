@@ -246,8 +246,12 @@ class RealTritonServer:
         extra_args: Iterable[str] = (),
         startup_timeout_s: float = 90.0,
         stub_site: Iterable[str | os.PathLike[str]] | None = None,
+        python_based_backends: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
+        """``python_based_backends``: folders holding a ``model.py`` each, served as Python-based
+        backends named after the folder (copied into the server's backend directory)."""
         self.model_repository = Path(model_repository).resolve()
+        self.python_based_backends = tuple(Path(p).resolve() for p in python_based_backends)
         self.stub_site = default_stub_site() if stub_site is None else tuple(Path(p).resolve() for p in stub_site)
         self.extra_args = tuple(extra_args)
         self.startup_timeout_s = startup_timeout_s
@@ -348,6 +352,12 @@ class RealTritonServer:
             if item.name not in {"triton_python_backend_stub", "__pycache__"}:
                 (python / item.name).symlink_to(item)
         shutil.copy2(layout.stub, python / "triton_python_backend_stub")
+        for folder in self.python_based_backends:
+            target = backends / folder.name
+            shutil.copytree(folder, target)
+            # Triton resolves the Python backend's library from the backend's own folder, which must
+            # hold a copy (a link makes it load the default Python backend's model path instead)
+            shutil.copy2(layout.backends / "python" / "libtriton_python.so", target / "libtriton_python.so")
         return backends
 
     def _server_env(self, layout: _Layout) -> dict[str, str]:

@@ -17,7 +17,18 @@ import tritonclient.http as httpclient
 from real_triton import RealTritonServer, tritonserver_unavailable_reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from sequence_models import BY_SLOT, INTERLEAVED, NO_ID, NO_START, error_of, send, write_sequence_models
+from sequence_models import (
+    BY_SLOT,
+    CARD_TOTALS,
+    INTERLEAVED,
+    NO_ID,
+    NO_START,
+    error_of,
+    send,
+    total,
+    write_accumulators,
+    write_sequence_models,
+)
 
 import triton_nb
 
@@ -126,3 +137,40 @@ def test_sequence_statistics_count_as_triton_counts_them(tmp_path, server):
             seen = _statistics_after_slots(f"127.0.0.1:{ours.http_port}")
     # card-a runs alone in slot 0 (3 batches of 1); card-b in slot 1 behind a null request (2 batches of 2)
     assert seen == {"success": 5, "inference_count": 5, "execution_count": 5, "batches": {1: 3, 2: 2}}
+
+
+def _observe_oldest_and_state(urls: dict[str, str], protocol: str) -> tuple[list, list, list]:
+    client = _connect(urls, protocol)
+    oldest = [send(client, protocol, "card_count_oldest", card, amount, start=start, end=end)
+              for card, amount, start, end, _, _ in INTERLEAVED]
+    totals = {model: [total(client, protocol, model, card, amount, start=start, end=end)
+                      for card, amount, start, end, _ in CARD_TOTALS]
+              for model in ("card_total", "card_total_oldest")}
+    client.close()
+    return oldest, totals["card_total"], totals["card_total_oldest"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+def test_the_oldest_strategy_and_implicit_state_as_triton_serves_them(tmp_path, server, protocol):
+    """The oldest strategy answers as Triton does. Implicit state: both servers hand a Python model
+    the state input, the zero initial state on START; Triton's Python backend never carries the
+    model's output state into it (every request sees zeros: each total is its own amount), while
+    triton_nb carries it (a running total) and warns at load that Triton differs."""
+    write_sequence_models(tmp_path)
+    write_accumulators(tmp_path)
+    if server == "real_triton":
+        reason = tritonserver_unavailable_reason()
+        if reason is not None:
+            pytest.fail(f"real tritonserver unavailable: {reason}", pytrace=False)
+        with RealTritonServer(tmp_path) as real:
+            oldest, totals, totals_oldest = _observe_oldest_and_state({"http": real.http_url, "grpc": real.grpc_url},
+                                                                      protocol)
+    else:
+        with triton_nb.serve(tmp_path, http_port=0, grpc_port=0) as ours:
+            oldest, totals, totals_oldest = _observe_oldest_and_state(
+                {"http": f"127.0.0.1:{ours.http_port}", "grpc": f"127.0.0.1:{ours.grpc_port}"}, protocol)
+    assert oldest == [(count, total) for *_, count, total in INTERLEAVED]
+    expected = ([amount for _, amount, *_ in CARD_TOTALS] if server == "real_triton"
+                else [running for *_, running in CARD_TOTALS])
+    assert totals == expected and totals_oldest == expected

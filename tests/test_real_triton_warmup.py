@@ -125,6 +125,8 @@ def _observe(url: str, repository: Path) -> dict:
         seen["events"] = _events(repository / "warm")
         client.load_model("warm")  # a reload warms the new instances again
         seen["reloaded_events"] = _events(repository / "warm")
+        (stats,) = client.get_inference_statistics("warm")["model_stats"]
+        seen["reloaded_stats"] = {key: stats[key] for key in ("inference_count", "execution_count")}
     finally:
         client.close()
     return seen
@@ -167,6 +169,9 @@ def test_both_warm_up_again_on_a_reload(both):
     for who in ("triton", "triton_nb"):
         before, after = both[who]["events"], both[who]["reloaded_events"]
         assert {i: len(e) for i, e in after.items()} == {i: 2 * len(e) for i, e in before.items()}, who
+    # the reloaded version's statistics start from zero: only its own warm-up is counted
+    assert both["triton_nb"]["reloaded_stats"] == both["triton"]["reloaded_stats"] == {"inference_count": 16,
+                                                                                      "execution_count": 8}
 
 
 @pytest.mark.parametrize("model, words", [

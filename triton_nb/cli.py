@@ -158,6 +158,12 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
     serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
     serve.add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--allow-cpu-metrics", type=_flag, default=True, metavar="BOOL",
+                       help="export nv_cpu_utilization and nv_cpu_memory_*_bytes (ignored unless --allow-metrics)")
+    serve.add_argument("--metrics-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="Triton's metrics settings (repeatable): summary_latencies=true, "
+                            "summary_quantiles=0.5:0.05,0.9:0.01,..., counter_latencies=false, "
+                            "histogram_latencies=true")
     serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
     serve.add_argument("--load-model", action="append", default=None, metavar="NAME",
                        help="in explicit mode, a model to load at start ('*' for all); repeatable")
@@ -190,6 +196,12 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
                        help="copies of a rate limiter resource, on one device or all (default: the most any loaded "
                             "instance needs); repeatable")
+    serve.add_argument("--python-instances", choices=("thread", "process"), default="thread",
+                       help="run Python-model instances as threads of the server (default) or each in a process of "
+                            "its own, as Triton does (parallel on several cores; a crash fails one batch)")
+    serve.add_argument("--backend-directory", type=Path, default=None, metavar="DIR",
+                       help="Python-based backends: a model whose config says backend: \"NAME\" runs DIR/NAME/model.py "
+                            "(after registered backends and installed entry points)")
 
 
 # perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
@@ -304,7 +316,27 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
                       help="write perf_analyzer's CSV report")
     perf.add_argument("--plots", type=Path, default=None, metavar="DIR",
                       help="write throughput_vs_latency.png and latency_breakdown.png into DIR")
+    sequences = perf.add_argument_group("sequence models", "perf_analyzer's sequence options, for stateful models "
+                                        "(a model with sequence_batching gets sequences of 20 by default)")
+    sequences.add_argument("--sequence-length", type=_positive_int, default=None, metavar="N",
+                           help="requests per sequence, about (default 20 for a sequence model)")
+    sequences.add_argument("--sequence-length-variation", type=_percentage, default=20.0, metavar="PCT",
+                           help="how far a sequence's length may be from --sequence-length, in %% (default 20)")
+    sequences.add_argument("--sequence-id-range", default=None, metavar="START[:END]",
+                           help="the sequence ids to use, END excluded, wrapping (default from 1, unbounded)")
+    sequences.add_argument("--num-of-sequences", type=_positive_int, default=4, metavar="N",
+                           help="sequences active at once with --request-rate-range (default 4)")
     perf.set_defaults(check=lambda args: _check_perf(perf, args))
+
+
+def _percentage(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a percentage >= 0, got {text!r}")
+    return value
 
 
 def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
@@ -361,6 +393,13 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     _check_target(parser, args)
     if args.request_distribution is not None and args.request_rate_range is None:
         parser.error("--request-distribution applies to --request-rate-range only")
+    if args.sequence_id_range is not None:
+        from triton_nb.perf.measure import parse_sequence_id_range  # only then: the perf modules load pandas
+
+        try:
+            parse_sequence_id_range(args.sequence_id_range)
+        except TritonNBError as exc:
+            parser.error(f"--sequence-id-range: {exc}")
 
 
 def _check_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -467,6 +506,10 @@ def _serve(args: argparse.Namespace) -> int:
         from triton_nb.server.cache import parse_cache_config
 
         cache_size_bytes = parse_cache_config(args.cache_config)  # a refused cache name stops here, before any port
+    if args.metrics_config:
+        from triton_nb.server.metrics import parse_metrics_config
+
+        parse_metrics_config(args.metrics_config)  # an unknown key stops here too, naming itself
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     server = serve(
@@ -483,6 +526,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_pending_requests=args.max_pending_requests, max_string_bytes=args.max_string_bytes,
         grpc_restricted_api=args.grpc_restricted_api, cache_size_bytes=cache_size_bytes,
         rate_limit=args.rate_limit, rate_limit_resources=args.rate_limit_resource,
+        backend_directory=args.backend_directory, python_instances=args.python_instances,
+        metrics_config=args.metrics_config, cpu_metrics=args.allow_cpu_metrics and args.allow_metrics,
         # tritonserver's explicit mode is network model control; so it is here
         network_model_control=args.model_control_mode == "explicit",
     )
@@ -576,7 +621,9 @@ def _perf(args: argparse.Namespace) -> int:
                "measurement_interval_ms": args.measurement_interval,
                "measurement_request_count": args.measurement_request_count,
                "stability_percentage": args.stability_percentage, "max_trials": args.max_trials,
-               "percentile": args.percentile}
+               "percentile": args.percentile, "sequence_length": args.sequence_length,
+               "sequence_length_variation": args.sequence_length_variation,
+               "sequence_id_range": args.sequence_id_range, "num_of_sequences": args.num_of_sequences}
     if by_rate:
         options["request_distribution"] = args.request_distribution or "constant"
     frames = []

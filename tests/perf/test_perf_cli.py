@@ -137,3 +137,45 @@ def test_mistakes_exit_2_with_one_line(repo, capsys, argv, message):
     assert len(lines) == 1, captured.err
     assert lines[0].startswith(f"triton-nb {argv[0]}: error: ")
     assert re.search(message, lines[0]), lines[0]
+
+
+def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, monkeypatch):
+    from sequence_models import write_sequence_models
+
+    import triton_nb.perf
+
+    write_sequence_models(tmp_path / "seq")
+    seen = []
+    real_measure = triton_nb.perf.measure
+
+    def recording_measure(*args, **options):
+        seen.append(options)
+        return real_measure(*args, **options)
+
+    monkeypatch.setattr(triton_nb.perf, "measure", recording_measure)
+    assert main(["perf", "-m", "card_count", "--model-repository", str(tmp_path / "seq"), "-i", "grpc",
+                 "--concurrency-range", "2", "--sequence-length", "3", "--sequence-length-variation", "0",
+                 "--sequence-id-range", "100:104", *SHORT]) == 0
+    rows = _table(capsys.readouterr().out, "Concurrency")
+    assert [row[0] for row in rows] == ["2"] and "error" not in " ".join(rows[0])
+    assert {key: seen[0][key] for key in ("sequence_length", "sequence_length_variation", "sequence_id_range",
+                                          "num_of_sequences")} == {
+        "sequence_length": 3, "sequence_length_variation": 0.0, "sequence_id_range": "100:104", "num_of_sequences": 4}
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--sequence-length", "0"], r"argument --sequence-length: expected"),
+    (["--sequence-length-variation", "-5"], r"argument --sequence-length-variation: expected a percentage >= 0"),
+    (["--sequence-id-range", "0:5"], r"--sequence-id-range: sequence_id_range must start at 1"),
+    (["--sequence-id-range", "9:3"], r"--sequence-id-range: .*the end is excluded"),
+    (["--num-of-sequences", "0"], r"argument --num-of-sequences"),
+])
+def test_bad_sequence_flags_exit_2_with_one_line(repo, capsys, flags, message):
+    try:
+        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert re.search(message, captured.err), captured.err

@@ -12,11 +12,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository import validate_repository
 from triton_nb.repository.config import check_model_config, parse_config
-from triton_nb.repository.fields import FIELD_RULES, REFUSED, SERVED, WARNED, check_fields
+from triton_nb.repository.fields import DIFFERS, FIELD_RULES, REFUSED, SERVED, WARNED, check_fields
 
 
 def schema_paths(descriptor: Descriptor, prefix: str = "") -> list[str]:
-    """Every field path of the schema below messages whose rule is SERVED or depends on the model
+    """Every field path of the schema below messages whose rule is SERVED or DIFFERS or depends on the model
     (a refused or warned message is judged as a whole; a map is one field)."""
     paths = []
     for field in descriptor.fields:
@@ -26,7 +26,7 @@ def schema_paths(descriptor: Descriptor, prefix: str = "") -> list[str]:
         if message is None or message.GetOptions().map_entry:
             continue
         rule = FIELD_RULES.get(path)
-        if rule is not None and (rule.status == SERVED or rule.when is not None):  # may be served: its fields count
+        if rule is not None and (rule.status in (SERVED, DIFFERS) or rule.when is not None):  # may be served
             paths.extend(schema_paths(message, f"{path}."))
     return paths
 
@@ -34,7 +34,7 @@ def schema_paths(descriptor: Descriptor, prefix: str = "") -> list[str]:
 def test_every_field_of_the_schema_has_a_rule():
     missing = [path for path in schema_paths(mc.ModelConfig.DESCRIPTOR) if path not in FIELD_RULES]
     assert missing == [], f"ModelConfig fields with no rule in FIELD_RULES: {missing}"
-    assert {rule.status for rule in FIELD_RULES.values()} == {SERVED, REFUSED, WARNED}
+    assert {rule.status for rule in FIELD_RULES.values()} == {SERVED, REFUSED, WARNED, DIFFERS}
     assert all(rule.reason for rule in FIELD_RULES.values() if rule.status != SERVED)
     stale = [path for path in FIELD_RULES if path not in schema_paths(mc.ModelConfig.DESCRIPTOR)]
     assert stale == [], f"rules for fields the schema does not have: {stale}"
@@ -52,7 +52,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 
 
 @pytest.mark.parametrize(("extra", "input_extra", "field", "severity"), [
-    ("sequence_batching { oldest { } }", "", "sequence_batching.oldest", "error"),
+    ("sequence_batching { iterative_sequence: true }", "", "sequence_batching.iterative_sequence", "error"),
     ("", "allow_ragged_batch: true", "input[0].allow_ragged_batch", "error"),
     ("", "reshape { shape: [ 1, 2 ] }", "input[0].reshape", "error"),
     ('batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 '
@@ -107,10 +107,11 @@ def write(repo, extra: str) -> None:
 def test_a_refused_field_fails_the_load_and_validate_naming_model_and_field(tmp_path):
     from triton_nb.serving import serve
 
-    write(tmp_path, "sequence_batching { oldest { } }")
+    write(tmp_path, "sequence_batching { iterative_sequence: true }")
     problems = validate_repository(tmp_path)
-    assert any(p.severity == "error" and p.field == "sequence_batching.oldest" and p.model == "m" for p in problems)
-    refused = r"model 'm'.*sequence_batching.oldest: not supported by triton_nb"
+    assert any(p.severity == "error" and p.field == "sequence_batching.iterative_sequence" and p.model == "m"
+               for p in problems)
+    refused = r"model 'm'.*sequence_batching.iterative_sequence: not supported by triton_nb"
     with serve(tmp_path, model_control_mode="explicit") as server, pytest.raises(InvalidArgumentError, match=refused):
         server.load_model("m")
 

@@ -521,7 +521,7 @@ def test_reloading_a_composing_model_invalidates_the_ensembles_entries(ensembles
     ensembles.load_model("inner")
     infer(ensembles, "top", X1, name="IN")
     assert model_stats(ensembles, "top")["inference_stats"]["cache_hit"]["count"] == 0
-    assert model_stats(ensembles, "inner")["execution_count"] == 2  # it ran again
+    assert model_stats(ensembles, "inner")["execution_count"] == 1  # it ran again (a reload counts from zero)
 
 
 def test_a_carried_step_is_looked_up_request_by_request():

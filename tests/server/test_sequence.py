@@ -291,13 +291,15 @@ def config_with(sequence: str, backend: str = "python"):
                         f'sequence_batching {{ {sequence} }}')
 
 
-@pytest.mark.parametrize(("sequence", "field"), [
-    ("oldest { max_candidate_sequences: 4 }", "sequence_batching.oldest"),
-    ('state [ { input_name: "IN" output_name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]', "sequence_batching.state"),
-    ("iterative_sequence: true", "sequence_batching.iterative_sequence"),
-])
-def test_what_the_direct_subset_does_not_cover_is_refused(sequence, field):
-    assert [(f.severity, f.field) for f in check_fields(config_with(sequence))] == [("error", field)]
+def test_iterative_sequences_are_refused_and_implicit_state_warns_that_triton_differs():
+    assert [(f.severity, f.field) for f in check_fields(config_with("iterative_sequence: true"))] == [
+        ("error", "sequence_batching.iterative_sequence")]
+    state = config_with('state [ { input_name: "IN" output_name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]')
+    (finding,) = check_fields(state)
+    assert (finding.severity, finding.field) == ("warning", "sequence_batching.state")
+    assert "Python backend" in finding.message and "triton_nb carries it" in finding.message
+    assert check_fields(config_with("oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] "
+                                    "max_queue_delay_microseconds: 100 preserve_ordering: true }")) == []
 
 
 def test_direct_and_controls_are_served_for_python_models_only():

@@ -22,16 +22,22 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from triton_nb.repository.config import ModelConfig
 from triton_nb.server.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:  # protobuf stays out of a Python model's own process, which imports this module
+    from triton_nb.repository.config import ModelConfig
 
 __all__ = ["Backend", "ModelContext", "ServerHandle"]
 
 
 class ServerHandle(Protocol):
-    """The part of the server a backend may call: inference on other models (BLS)."""
+    """The part of the server a backend may call: inference on other models (BLS) and, for
+    ``pb_utils.load_model`` / ``unload_model``, the model control API."""
+
+    #: ``"none"``, ``"explicit"`` or ``"poll"``: pb_utils' model loading API needs ``"explicit"``.
+    model_control_mode: str
 
     def infer(self, request: InferRequest) -> InferResponse:
         """Run a request through the target model's scheduler and wait for its response."""
@@ -40,6 +46,12 @@ class ServerHandle(Protocol):
         """Same, without waiting."""
 
     def is_model_ready(self, name: str, version: int = -1) -> bool: ...
+
+    def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) a model, with an optional JSON config and ``"file:<path>"`` overrides."""
+
+    def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
+        """Unload every version of a model."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,9 @@ class ModelContext:
     instance_kind: str = "KIND_CPU"  # KIND_CPU or KIND_GPU (KIND_AUTO is resolved before)
     device_id: int = 0
     server: ServerHandle | None = None
+    #: How the server runs Python-model instances: "thread" (in this process) or "process" (a
+    #: process each, as Triton's stubs); a model with EXECUTION_ENV_PATH runs in processes anyway.
+    python_instances: str = "thread"
 
 
 class Backend(ABC):

@@ -17,6 +17,10 @@ stub binds into it in C++):
   :class:`TritonModelException`, :class:`Logger`, :class:`ModelConfig` (auto-complete), the
   ``get_*_by_name`` helpers, the type helpers, ``serialize_byte_tensor`` /
   ``deserialize_bytes_tensor`` and the ``TRITONSERVER_*`` constants.
+* :class:`MetricFamily` / :class:`Metric` — custom counters, gauges and histograms, exported on the
+  server's ``/metrics`` as Triton exports them (see :mod:`triton_nb.server.metrics` for scopes and
+  lifetime); :func:`load_model` / :func:`unload_model` — the model loading API, in explicit model
+  control mode only, with Triton's errors.
 
 How a BLS request finds its server
 ----------------------------------
@@ -255,6 +259,7 @@ class _CallContext:
     server: ServerHandle | None
     logger: logging.Logger
     model_dir: str  # the folder of model.py, as pb_utils.get_model_dir() returns it
+    instance_name: str = ""  # "<group name>_<index>", as Triton names the instance ("" if not told)
 
 
 _CURRENT: contextvars.ContextVar[_CallContext | None] = contextvars.ContextVar("triton_nb_pb_utils_call", default=None)
@@ -1061,21 +1066,70 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
     return bool(context.server.is_model_ready(model_name, int(model_version) if model_version else -1))
 
 
+# Triton core's refusal in every mode but explicit (ModelRepositoryManager::LoadUnloadModel says
+# "polling" for mode none too).
+_NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
+
+def _control_error(context: _CallContext, verb: str, message: str) -> TritonModelException:
+    # the stub's prefix, then the backend's own around what the server said (python_be.cc's
+    # ProcessMessage names the instance)
+    instance = context.instance_name or f"{context.model_name}_0"
+    return TritonModelException(
+        f"Failed to {verb} model: Failed to process the request for model '{instance}', message: {message}")
+
+
+def _model_control(what: str) -> tuple[_CallContext, ServerHandle]:
+    context = _require_server(f"{what}()")
+    server = context.server
+    assert server is not None
+    if getattr(server, "model_control_mode", None) != "explicit":
+        raise _control_error(context, "load" if what == "load_model" else "unload", _NOT_EXPLICIT)
+    return context, server
+
+
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise TritonModelException(
-        f"load_model('{model_name}'): loading models from a Python model is not supported by triton_nb; "
-        "use the server's repository API"
-    )
+    """Load (or reload) ``model_name`` on the server running the calling model, as Triton's
+    ``pb_utils.load_model``: only in explicit model control mode; ``config`` is a JSON model
+    config overriding ``config.pbtxt`` ("" for none); ``files`` maps ``"file:<version>/<name>"``
+    to the file's bytes (a config is then required). The server's error comes back as a
+    :class:`TritonModelException` ``"Failed to load model: Failed to process the request for
+    model '<instance>', message: <message>"``, as Triton words it."""
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file paths and file contents")
+    contents: dict[str, bytes] = {}
+    for path, content in (files or {}).items():
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            raise TritonModelException(
+                f"failed to load model '{model_name}': the content of file {path!r} must be bytes, "
+                f"not {type(content).__name__}")
+        contents[str(path)] = bytes(content)
+    context, server = _model_control("load_model")
+    try:
+        server.load_model(model_name, config=config or None, files=contents or None)
+    except TritonNBError as exc:
+        raise _control_error(context, "load", str(exc)) from None
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise TritonModelException(
-        f"unload_model('{model_name}'): unloading models from a Python model is not supported by triton_nb; "
-        "use the server's repository API"
-    )
+    """Unload every version of ``model_name`` (and, with ``unload_dependents``, the ensembles
+    that use it), as Triton's ``pb_utils.unload_model``: only in explicit model control mode.
+    A model must not unload itself from its own ``execute()``: the unload waits for it."""
+    context, server = _model_control("unload_model")
+    try:
+        server.unload_model(model_name, unload_dependents=bool(unload_dependents))
+    except TritonNBError as exc:
+        raise _control_error(context, "unload", str(exc)) from None
 
 
 # --------------------------------------------------------------------------- custom metrics
+# Families and series live in triton_nb.server.metrics.CUSTOM_METRICS (one registry per process,
+# as Triton's): a Metric created while a served model's code runs (initialize, execute, finalize,
+# or a thread it started) belongs to that model's server and version, is exported on that server's
+# /metrics and goes when the version unloads; one created outside any model (a notebook cell, a
+# module's top level at import) is exported by every server of the process and lives as long as
+# its Metric object. (Python models of process instances keep their metrics in their own process.)
 
 
 class MetricKind(enum.IntEnum):
@@ -1084,57 +1138,99 @@ class MetricKind(enum.IntEnum):
     HISTOGRAM = 2
 
 
+def _metric_owner() -> tuple[object, str, int] | None:
+    """(server scope, model, version) of the calling model; None outside a served model."""
+    context = _current_context()
+    if context is None or context.server is None:
+        return None
+    scope = getattr(getattr(context.server, "stats", None), "custom_scope", None)
+    return None if scope is None else (scope, context.model_name, context.model_version)
+
+
 class Metric:
-    """One labelled metric of a :class:`MetricFamily`, kept in memory (not exported by triton_nb)."""
+    """One labelled series of a :class:`MetricFamily`, exported on ``/metrics`` (Triton's
+    ``pb_utils.Metric``: ``increment``, ``set``, ``observe``, ``value``, with Triton's errors)."""
 
     def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None) -> None:
-        self._family = family
+        from triton_nb.server.metrics import CUSTOM_METRICS, CustomMetricError
+
         self.labels = dict(labels)
-        self._buckets = list(buckets) if buckets is not None else None
-        self._value = 0.0
-        self._observations: list[float] = []
-        self._lock = threading.Lock()
+        try:
+            self._handle = CUSTOM_METRICS.metric(family._registered, self.labels, buckets, _metric_owner())
+        except CustomMetricError as exc:
+            raise TritonModelException(f"Error when creating Metric: {exc}") from None
+        family._handles.add(self._handle)  # no reference to the family: its deletion clears this metric
+
+    def _run(self, what: str, operation: Any, *args: float) -> Any:
+        from triton_nb.server.metrics import CustomMetricError
+
+        try:
+            return operation(*args)
+        except CustomMetricError as exc:
+            raise TritonModelException(f"Failed to {what} metric value: {exc}") from None
 
     def increment(self, value: float) -> None:
-        if self._family.kind == MetricKind.COUNTER and value < 0:
-            raise TritonModelException("Failed to increment metric value: counters cannot decrease")
-        with self._lock:
-            self._value += value
+        self._run("increment", self._handle.increment, value)
 
     def set(self, value: float) -> None:
-        if self._family.kind != MetricKind.GAUGE:
-            raise TritonModelException("Failed to set metric value: only gauges can be set")
-        with self._lock:
-            self._value = float(value)
+        self._run("set", self._handle.set, value)
 
     def observe(self, value: float) -> None:
-        if self._family.kind != MetricKind.HISTOGRAM:
-            raise TritonModelException("Failed to observe metric value: only histograms observe values")
-        with self._lock:
-            self._observations.append(float(value))
-            self._value += value
+        self._run("observe", self._handle.observe, value)
 
     def value(self) -> float:
-        if self._family.kind == MetricKind.HISTOGRAM:
-            raise TritonModelException("Failed to get metric value: histograms have no single value")
-        return self._value
+        return float(self._run("get", self._handle.value))
+
+
+_FAMILY_DELETED = ("Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The "
+                   "'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have been "
+                   "deleted.")
+
+
+def _clear_metrics(handles: weakref.WeakSet[Any]) -> None:
+    for handle in list(handles):
+        handle.invalidate(_FAMILY_DELETED)
 
 
 class MetricFamily:
-    """``pb_utils.MetricFamily(name, description, kind)``; metrics live in memory only."""
+    """``pb_utils.MetricFamily(name, description, kind)``: a family of the process's metrics
+    registry; the same name with another kind is Triton's error (the same kind is the same family)."""
 
     COUNTER = MetricKind.COUNTER
     GAUGE = MetricKind.GAUGE
     HISTOGRAM = MetricKind.HISTOGRAM
 
     def __init__(self, name: str, description: str, kind: int) -> None:
-        self.name = name
-        self.description = description
-        self.kind = MetricKind(int(kind))
+        from triton_nb.server.metrics import CUSTOM_METRICS, CustomMetricError
+
+        if name is None or description is None or kind is None:
+            raise TypeError("MetricFamily(name, description, kind): none of them may be None")
+        self.name = str(name)
+        self.description = str(description)
+        try:
+            self.kind = MetricKind(int(kind))
+        except ValueError:
+            raise TritonModelException(
+                "Error when creating MetricFamily: Unsupported kind passed to MetricFamily constructor.") from None
+        try:
+            self._registered = CUSTOM_METRICS.family(self.name, self.description, int(self.kind))
+        except CustomMetricError as exc:
+            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
+        # Triton's stub clears a family's Metric objects when the family object is deleted (they
+        # fail from then on): keep the family as long as its metrics, as Triton's docs ask
+        self._handles: weakref.WeakSet[Any] = weakref.WeakSet()
+        weakref.finalize(self, _clear_metrics, self._handles)
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
-        if self.kind == MetricKind.HISTOGRAM and buckets is None:
-            raise TritonModelException("histogram metrics need buckets")
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if self.kind != MetricKind.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        elif self.kind == MetricKind.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
         return Metric(self, labels or {}, buckets)
 
 

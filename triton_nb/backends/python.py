@@ -64,16 +64,19 @@ import threading
 import types
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
-from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
 from triton_nb.server.types import InferRequest, InferResponse
 
-__all__ = ["PythonBackend", "auto_complete", "install_pb_utils"]
+if TYPE_CHECKING:  # the config's protobuf is imported where it is used: a process instance runs without it
+    from triton_nb.repository.config import ModelConfig
+
+__all__ = ["PythonBackend", "PythonModelSettings", "auto_complete", "install_pb_utils"]
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +235,17 @@ class _LoadedModule:
     """``model.py`` of one instance, loaded under a unique name, with its import scope."""
 
     def __init__(self, model_name: str, version: int, instance: str, version_path: Path, model_path: Path,
-                 filename: str) -> None:
+                 filename: str, code_dir: Path | None = None) -> None:
+        """``code_dir``: a Python-based backend's folder, whose ``model.py`` runs instead of the
+        version folder's; its folder alone is the import scope, as Triton's stub puts only it on
+        ``sys.path`` (the model keeps its own folder for its files and ``get_model_dir()``)."""
         self.model_name = model_name
         self.version_dir = os.path.abspath(version_path)
         self.model_dir = os.path.abspath(model_path)
-        self.file = os.path.join(self.version_dir, filename)
-        self.scope = _ImportScope(self.version_dir, self.model_dir)
+        self.code_dir = os.path.abspath(code_dir) if code_dir is not None else self.version_dir
+        self.file = os.path.join(self.code_dir, filename)
+        self.scope = (_ImportScope(self.code_dir, self.code_dir) if code_dir is not None
+                      else _ImportScope(self.version_dir, self.model_dir))
         self.package = f"{_PACKAGE_ROOT}.{_slug(model_name)}_v{version}_{_slug(instance)}_{next(_COUNTER)}"
         self.module: types.ModuleType | None = None
 
@@ -249,9 +257,9 @@ class _LoadedModule:
         with _IMPORT_LOCK:
             _ensure_root_package()
             package = types.ModuleType(self.package)
-            package.__path__ = [self.version_dir]
+            package.__path__ = [self.code_dir]
             package.__spec__ = importlib.machinery.ModuleSpec(self.package, None, is_package=True)
-            package.__spec__.submodule_search_locations = [self.version_dir]
+            package.__spec__.submodule_search_locations = [self.code_dir]
             package.__package__ = self.package
             sys.modules[self.package] = package
             name = f"{self.package}.{stem}"
@@ -322,6 +330,24 @@ def _model_filename(config: ModelConfig) -> str:
     return config.default_model_filename or "model.py"
 
 
+@dataclass(frozen=True)
+class PythonModelSettings:
+    """What an instance reads of its model's config, as plain values: a process instance
+    (:mod:`triton_nb.backends.python_process`) receives these, not the protobuf config."""
+
+    config_json: str  # the effective config, as initialize(args)["model_config"] carries it
+    decoupled: bool
+    output_names: tuple[str, ...]
+    filename: str  # the model file in the version folder
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> PythonModelSettings:
+        from triton_nb.repository.config import config_to_json
+
+        return cls(json.dumps(config_to_json(config)), bool(config.model_transaction_policy.decoupled),
+                   tuple(tensor.name for tensor in config.output), _model_filename(config))
+
+
 # --------------------------------------------------------------------------- auto-complete
 
 
@@ -333,6 +359,8 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
     As in Triton, the module is loaded in a throw-away namespace: nothing created here is
     visible to the instances.
     """
+    from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
+
     version_path = Path(version_path)
     name = config.name or version_path.parent.name
     loaded = _LoadedModule(name, _version_of(version_path), "autocomplete", version_path, version_path.parent,
@@ -411,15 +439,23 @@ class _EventLoop:
 class PythonBackend(Backend):
     """One instance of a Triton Python-backend model."""
 
-    def __init__(self, context: ModelContext) -> None:
+    def __init__(self, context: ModelContext, *, backend_folder: Path | None = None,
+                 settings: PythonModelSettings | None = None) -> None:
+        """``backend_folder``: run a Python-based backend's ``model.py`` (from that folder of a
+        backend directory) for this model, as Triton's Python backend does for a config whose
+        ``backend`` names it; None runs the model's own ``<version>/model.py``. ``settings``:
+        the config's values when ``context.config`` is not there (a process instance)."""
         super().__init__(context)
-        config = context.config
+        if settings is None:
+            settings = PythonModelSettings.from_config(context.config)
+        self.settings = settings
         self.name = context.name
-        self.decoupled = bool(config.model_transaction_policy.decoupled)
-        self._output_names = [tensor.name for tensor in config.output]
+        self.decoupled = settings.decoupled
+        self._output_names = list(settings.output_names)
         self._logger = logging.getLogger(f"triton_nb.python_backend.{context.name}")
+        filename = "model.py" if backend_folder is not None else settings.filename
         self._loaded = _LoadedModule(context.name, context.version, context.instance_name, context.version_path,
-                                     context.model_path, _model_filename(config))
+                                     context.model_path, filename, code_dir=backend_folder)
         self._call = pb_utils._CallContext(context.name, context.version, context.server, self._logger,
                                            self._loaded.version_dir)
         self._loaded.scope.on_new_modules = self._own
@@ -451,7 +487,7 @@ class PythonBackend(Backend):
         context = self.context
         kind = context.instance_kind.removeprefix("KIND_")
         return {
-            "model_config": json.dumps(config_to_json(context.config)),
+            "model_config": self.settings.config_json,
             "model_instance_kind": kind,
             "model_instance_name": context.instance_name,
             "model_instance_device_id": str(context.device_id),

@@ -559,6 +559,11 @@ class TritonMagics(Magics):
     @argument("--input-data", default=None, help="random, zero, fraud or a JSON file (default: fraud for the fraud "
                                                  "ensemble's inputs, else random)")
     @argument("--rows-per-request", type=int, default=1, help="rows in each request")
+    @argument("--sequence-length", type=int, default=None,
+              help="sequence models: requests per sequence, about (default 20 for a model with sequence_batching)")
+    @argument("--sequence-length-variation", type=float, default=20.0,
+              help="sequence models: how far a sequence's length may vary, in %% (default 20)")
+    @argument("--sequence-id-range", default=None, help="sequence models: START[:END] of the ids (END excluded)")
     @argument("--out", default=None, help="also store the results DataFrame in this variable")
     @line_magic
     def triton_perf(self, line: str) -> pd.DataFrame:
@@ -582,7 +587,10 @@ class TritonMagics(Magics):
         try:
             results = perf.measure(target, args.model, concurrency_range=concurrency, protocol=protocol,
                                    input_data=input_data, rows_per_request=args.rows_per_request,
-                                   measurement_interval_ms=args.measurement_interval)
+                                   measurement_interval_ms=args.measurement_interval,
+                                   sequence_length=args.sequence_length,
+                                   sequence_length_variation=args.sequence_length_variation,
+                                   sequence_id_range=_unquote(args.sequence_id_range))
         except TritonNBError as exc:
             raise _usage(exc) from None
         figure = perf.plot_throughput_vs_latency(results)

@@ -8,20 +8,155 @@ sends ``--rate`` requests per second (open loop, constant or Poisson arrivals), 
 completions to stdout every 50 ms as frames: ``<I`` count, then count records ``<qqB`` (sent ns,
 answered ns, ok) on the host's monotonic clock. It stops when its stdin closes. HTTP requests go
 over keep-alive connections with a minimal HTTP/1.1 exchange (see ``_HttpConnection``).
+
+For a sequence (stateful) model, ``--sequence-length`` makes it run perf_analyzer's sequences
+(:class:`SequencePlan`, which the in-process load uses too): each closed-loop worker, or each of
+``--num-of-sequences`` sequences at a request rate, sends one sequence after another, each request
+after the previous one of its sequence was answered. The sequence id and flags are patched into the
+pre-encoded requests (a JSON header's parameters, a protobuf map entry appended), so no request is
+encoded from scratch. On stop, each sequence left open gets one last request with the END flag (not
+recorded), so the server frees its slot before the next measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import struct
 import sys
+import threading
 import time
 
 RECORD = struct.Struct("<qqB")
 COUNT = struct.Struct("<I")
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+#: Unbounded sequence ids (perf_analyzer's default --sequence-id-range end) stay within int64: gRPC
+#: carries them as int64_param.
+MAX_SEQUENCE_ID = (1 << 63) - 1
+
+
+class SequencePlan:
+    """perf_analyzer's sequences (its ``SequenceManager``) over ``streams`` independent streams — the
+    closed-loop slots, or the sequences a request rate keeps active. Each stream runs one sequence
+    after another; :meth:`next` gives the (id, start, end) of a stream's next request.
+
+    A sequence's length is ``length`` plus a uniform offset of up to ``variation_pct`` percent,
+    truncated toward zero, at least 1 — perf_analyzer's draw, from a generator per stream seeded by
+    ``seed``, so each stream's lengths do not depend on how the streams interleave. A new sequence
+    takes the next id of ``id_start`` up to ``id_end`` (excluded; None: unbounded), wrapping; an id
+    another stream's sequence still holds is skipped in favour of the id this stream just released,
+    as perf_analyzer does, so two active sequences never share an id (which needs at least
+    ``streams`` ids in the range: the caller checks it). Thread-safe: in-process completions of
+    different slots come from different threads."""
+
+    def __init__(self, streams: int, length: int, variation_pct: float = 20.0, id_start: int = 1,
+                 id_end: int | None = None, seed: int = 0, string_ids: bool = False) -> None:
+        if streams < 1 or length < 1 or id_start < 1:
+            raise ValueError("a sequence plan needs streams >= 1, length >= 1 and id_start >= 1")
+        id_stop = MAX_SEQUENCE_ID + 1 if id_end is None else id_end
+        if id_stop - id_start < streams:
+            raise ValueError(f"sequence ids {id_start}..{id_stop - 1} are fewer than the {streams} active sequences")
+        self.length = length
+        self.variation = variation_pct / 100.0
+        self.id_start = id_start
+        self.id_count = id_stop - id_start
+        self.string_ids = string_ids  # a model whose CORRID is TYPE_STRING takes the ids as text
+        self._issued = 0  # sequences started so far: the next id is id_start + issued % id_count
+        self._ids = [0] * streams  # each stream's current (or last) sequence id; 0: none yet
+        self._left = [0] * streams  # requests its current sequence still has to send
+        self._rngs = [random.Random(f"{seed}:{stream}") for stream in range(streams)]
+        self._lock = threading.Lock()
+
+    def draw_length(self, stream: int) -> int:
+        offset = int((2.0 * self._rngs[stream].random() - 1.0) * self.variation * self.length)
+        return max(1, self.length + offset)
+
+    def _new_id(self, stream: int) -> int:
+        held = {number for other, number in enumerate(self._ids) if other != stream}
+        candidate = self.id_start + self._issued % self.id_count
+        self._issued += 1
+        if candidate not in held:
+            return candidate
+        if self._ids[stream]:
+            return self._ids[stream]  # perf_analyzer's way: reuse the id this stream's ended sequence released
+        while candidate in held:  # a stream's first sequence after the ids wrapped: the next free one
+            candidate = self.id_start + self._issued % self.id_count
+            self._issued += 1
+        return candidate
+
+    def sequence_id(self, number: int) -> int | str:
+        return str(number) if self.string_ids else number
+
+    def next(self, stream: int) -> tuple[int | str, bool, bool]:
+        """The id, start and end flags of ``stream``'s next request (a new sequence when the last ended)."""
+        with self._lock:
+            start = self._left[stream] == 0
+            if start:
+                self._ids[stream] = self._new_id(stream)
+                self._left[stream] = self.draw_length(stream)
+            self._left[stream] -= 1
+            return self.sequence_id(self._ids[stream]), start, self._left[stream] == 0
+
+    def close(self, stream: int) -> int | str | None:
+        """The id of ``stream``'s unfinished sequence, now marked ended (None when it has none open):
+        the caller sends it one request with the END flag."""
+        with self._lock:
+            if self._left[stream] == 0:
+                return None
+            self._left[stream] = 0
+            return self.sequence_id(self._ids[stream])
+
+    @property
+    def streams(self) -> int:
+        return len(self._ids)
+
+
+def http_sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> bytes:
+    """The sequence parameters as members of a KServe v2 JSON header's ``parameters`` object, each
+    preceded by a comma (they follow the members already there)."""
+    return (f',"sequence_id":{json.dumps(sequence_id)},"sequence_start":{"true" if start else "false"}'
+            f',"sequence_end":{"true" if end else "false"}').encode()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _length_delimited(field_number: int, payload: bytes) -> bytes:
+    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def grpc_parameter(key: str, value: bool | int | str) -> bytes:
+    """One entry of ``ModelInferRequest.parameters`` (field 4, a map of ``InferParameter``) as
+    protobuf bytes: appended to a serialized request it adds that parameter, since protobuf merges
+    the fields it reads in any order. ``InferParameter``: bool_param 1, int64_param 2, string_param 3."""
+    if isinstance(value, bool):
+        parameter = _varint(1 << 3) + _varint(int(value))
+    elif isinstance(value, int):
+        parameter = _varint(2 << 3) + _varint(value & ((1 << 64) - 1))  # int64: two's complement
+    else:
+        parameter = _length_delimited(3, value.encode())
+    return _length_delimited(4, _length_delimited(1, key.encode()) + _length_delimited(2, parameter))
+
+
+# The four flag entries are the same in every request: encoded once.
+_GRPC_FLAGS = {(start, end): grpc_parameter("sequence_start", start) + grpc_parameter("sequence_end", end)
+               for start in (False, True) for end in (False, True)}
+
+
+def grpc_sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> bytes:
+    """The sequence parameters as protobuf map entries to append to a serialized ``ModelInferRequest``."""
+    return grpc_parameter("sequence_id", sequence_id) + _GRPC_FLAGS[start, end]
 
 
 def _read_payloads(path: str) -> list[tuple[bytes, int]]:
@@ -109,28 +244,76 @@ class _Generator:
         self.records: list[tuple[int, int, int]] = []
         self.stopping = False
         self.next_payload = 0
+        self.plan: SequencePlan | None = None
+        self._close_request = None  # with sequences: a sequence id -> the request that ends it
+        if args.sequence_length:
+            streams = args.concurrency or args.num_of_sequences
+            self.plan = SequencePlan(streams, args.sequence_length, args.sequence_length_variation,
+                                     args.sequence_id_start, args.sequence_id_end or None, args.seed,
+                                     args.string_sequence_ids)
 
     def payload(self) -> tuple[bytes, int]:
+        return self.payloads[self._next_index()]
+
+    def _http_requests(self):
+        """The function that gives a stream's next HTTP request: pre-encoded whole, or for sequences
+        a template whose JSON header gets the sequence parameters (and the lengths) patched in."""
+        host = self.args.url.encode()
+        path = f"/v2/models/{self.args.model}/infer".encode()
+        prefix = (b"POST " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/octet-stream"
+                  b"\r\nInference-Header-Content-Length: ")
+        if self.plan is None:
+            whole = [prefix + b"%d\r\nContent-Length: %d\r\n\r\n" % (header, len(body)) + body
+                     for body, header in self.payloads]
+            self.payloads = [(request, 0) for request in whole]
+            return lambda stream: self.payload()[0]
+        # encode_http writes the header's "parameters" object last: its closing "}}" ends the JSON,
+        # and the sequence parameters go just before it.
+        templates = []
+        for body, header in self.payloads:
+            if body[header - 2:header] != b"}}":
+                raise ValueError("an HTTP payload's JSON header does not end with its parameters object")
+            templates.append((body[:header - 2], body[header - 2:], header, len(body)))
+        plan = self.plan
+
+        def patched(index: int, extra: bytes) -> bytes:
+            json_head, rest, header, size = templates[index]
+            return (prefix + b"%d\r\nContent-Length: %d\r\n\r\n" % (header + len(extra), size + len(extra))
+                    + json_head + extra + rest)
+
+        self._close_request = lambda sequence_id: patched(0, http_sequence_parameters(sequence_id, False, True))
+        return lambda stream: patched(self._next_index(), http_sequence_parameters(*plan.next(stream)))
+
+    def _grpc_requests(self):
+        """The function that gives a stream's next serialized gRPC request: for sequences, the
+        pre-encoded request with the sequence parameters' map entries appended."""
+        if self.plan is None:
+            return lambda stream: self.payload()[0]
+        plan = self.plan
+
+        def request(stream: int) -> bytes:
+            return self.payloads[self._next_index()][0] + grpc_sequence_parameters(*plan.next(stream))
+
+        self._close_request = lambda sequence_id: self.payloads[0][0] + grpc_sequence_parameters(
+            sequence_id, False, True)
+        return request
+
+    def _next_index(self) -> int:
         self.next_payload = (self.next_payload + 1) % len(self.payloads)
-        return self.payloads[self.next_payload]
+        return self.next_payload
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         stdin_closed = loop.run_in_executor(None, sys.stdin.buffer.read)
         if self.args.protocol == "http":
             pool = _HttpPool(self.args.url)
-            host = self.args.url.encode()
-            path = f"/v2/models/{self.args.model}/infer".encode()
-            requests = [b"POST " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/octet-stream"
-                        b"\r\nInference-Header-Content-Length: " + str(header).encode() + b"\r\nContent-Length: "
-                        + str(len(body)).encode() + b"\r\n\r\n" + body for body, header in self.payloads]
-            self.payloads = [(request, 0) for request in requests]
+            build = self._http_requests()
 
-            async def send() -> bool:
-                return await pool.send(self.payload()[0]) == 200
+            async def send(data: bytes) -> bool:
+                return await pool.send(data) == 200
 
             try:
-                await self._drive(send, stdin_closed)
+                await self._drive(send, build, stdin_closed)
             finally:
                 pool.close()
         else:
@@ -139,52 +322,76 @@ class _Generator:
             async with grpc.aio.insecure_channel(self.args.url, options=[
                     ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]) as channel:
                 call = channel.unary_unary(GRPC_METHOD)
+                build = self._grpc_requests()
 
-                async def send() -> bool:
+                async def send(data: bytes) -> bool:
                     try:
-                        await call(self.payload()[0], timeout=60)
+                        await call(data, timeout=60)
                     except grpc.RpcError:
                         return False
                     return True
 
-                await self._drive(send, stdin_closed)
+                await self._drive(send, build, stdin_closed)
 
-    async def _one(self, send) -> None:
+    async def _one(self, send, build, stream: int) -> None:
         started = time.monotonic_ns()
         try:
-            ok = await send()
+            ok = await send(build(stream))
         except Exception:  # a refused connection is a failed request, not the generator's end
             ok = False
         self.records.append((started, time.monotonic_ns(), 1 if ok else 0))
 
-    async def _drive(self, send, stdin_closed) -> None:
+    async def _drive(self, send, build, stdin_closed) -> None:
         flusher = asyncio.ensure_future(self._flush_forever())
         workers = []
         if self.args.concurrency:
-            async def closed_loop() -> None:
+            async def closed_loop(stream: int) -> None:
                 while not self.stopping:
-                    await self._one(send)
+                    await self._one(send, build, stream)
 
-            workers = [asyncio.ensure_future(closed_loop()) for _ in range(self.args.concurrency)]
+            workers = [asyncio.ensure_future(closed_loop(stream)) for stream in range(self.args.concurrency)]
         else:
-            workers = [asyncio.ensure_future(self._open_loop(send))]
+            workers = [asyncio.ensure_future(self._open_loop(send, build))]
         await stdin_closed
         self.stopping = True
         await asyncio.gather(*workers, return_exceptions=True)
+        await self._close_sequences(send)
         flusher.cancel()
         self._flush()
 
-    async def _open_loop(self, send) -> None:
+    async def _close_sequences(self, send) -> None:
+        """End every sequence the stop cut short (answers not recorded: they are outside the measurement)."""
+        if self.plan is None:
+            return
+        ids = [self.plan.close(stream) for stream in range(self.plan.streams)]
+        closing = [send(self._close_request(sequence_id)) for sequence_id in ids if sequence_id is not None]
+        await asyncio.gather(*closing, return_exceptions=True)
+
+    async def _open_loop(self, send, build) -> None:
         rate = self.args.rate
         rng = random.Random(self.args.seed)
         in_flight = set()
+        # With sequences, arrivals go round-robin to the active sequences; a sequence sends a request
+        # only after its previous one was answered (its lock), so a request may leave late.
+        turns = [asyncio.Lock() for _ in range(self.plan.streams)] if self.plan is not None else None
+
+        async def in_turn(stream: int) -> None:
+            async with turns[stream]:
+                if not self.stopping:
+                    await self._one(send, build, stream)
+
         due = time.monotonic()
+        arrival = 0
         while not self.stopping:
             due += rng.expovariate(rate) if self.args.distribution == "poisson" else 1.0 / rate
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            task = asyncio.ensure_future(self._one(send))
+            if turns is None:
+                task = asyncio.ensure_future(self._one(send, build, 0))
+            else:
+                task = asyncio.ensure_future(in_turn(arrival % len(turns)))
+            arrival += 1
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         await asyncio.gather(*in_flight, return_exceptions=True)
@@ -211,6 +418,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--distribution", choices=("constant", "poisson"), default="constant")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sequence-length", type=int, default=0, help="run sequences of about this many requests")
+    parser.add_argument("--sequence-length-variation", type=float, default=20.0)
+    parser.add_argument("--sequence-id-start", type=int, default=1)
+    parser.add_argument("--sequence-id-end", type=int, default=0, help="excluded; 0: unbounded")
+    parser.add_argument("--num-of-sequences", type=int, default=4, help="active sequences at a request rate")
+    parser.add_argument("--string-sequence-ids", action="store_true", help="send the ids as strings")
     args = parser.parse_args()
     if (args.concurrency > 0) == (args.rate > 0):
         parser.error("give --concurrency or --rate")

@@ -303,7 +303,9 @@ def with_repeats(distinct: list[Any], count: int, seed: int = 0) -> list[Any]:
 
 
 def encode_http(model: str, inputs: dict[str, np.ndarray]) -> tuple[bytes, int]:
-    """A KServe v2 request with binary tensors: the body and its JSON header's length."""
+    """A KServe v2 request with binary tensors: the body and its JSON header's length. The header's
+    ``parameters`` object comes last (the load generator adds sequence parameters just before its
+    closing brace)."""
     header: dict[str, Any] = {"inputs": [], "parameters": {"binary_data_output": True}}
     buffers = []
     for name, array in inputs.items():

@@ -10,12 +10,19 @@ A load keeps requests going — ``concurrency`` in flight (closed loop) or ``req
 In-process loads use threads in this process (and say so: they share the server's GIL, which is
 the point of measuring the in-kernel path); network loads run in a process of their own
 (:mod:`triton_nb.perf._loadgen`), so they never compete with an in-kernel server for the GIL.
+
+With a :class:`SequenceSpec`, a load runs perf_analyzer's sequences for a stateful model
+(:class:`~triton_nb.perf._loadgen.SequencePlan`): each closed-loop slot, or each of the sequences a
+request rate keeps active, sends one sequence after another, every request after the previous one of
+its sequence was answered, with the ``sequence_id``/``sequence_start``/``sequence_end`` parameters;
+stopping ends the sequences it cut short with one unrecorded END request each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import random
 import struct
 import subprocess
@@ -23,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +43,37 @@ from triton_nb.perf.stats import Completions
 from triton_nb.server.service import InferenceService
 from triton_nb.server.types import InferRequest
 
-__all__ = ["InProcessLoad", "NetworkLoad", "RemoteTarget", "ServerTarget", "Target", "make_target"]
+__all__ = ["InProcessLoad", "NetworkLoad", "RemoteTarget", "SequenceSpec", "ServerTarget", "Target", "make_target"]
 
 PROTOCOLS = ("inprocess", "http", "grpc")
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """How a load runs sequences: perf_analyzer's ``--sequence-length``, ``--sequence-length-variation``
+    (percent), ``--sequence-id-range`` (``id_start`` up to ``id_end`` excluded; None: unbounded) and
+    ``--num-of-sequences`` (the sequences kept active at a request rate); ``string_ids`` for a model
+    whose CORRID control is TYPE_STRING."""
+
+    length: int
+    variation_pct: float = 20.0
+    id_start: int = 1
+    id_end: int | None = None
+    num_of_sequences: int = 4
+    string_ids: bool = False
+
+    def plan(self, streams: int, seed: int) -> _loadgen.SequencePlan:
+        return _loadgen.SequencePlan(streams, self.length, self.variation_pct, self.id_start, self.id_end, seed,
+                                     self.string_ids)
+
+    def loadgen_arguments(self) -> list[str]:
+        return ["--sequence-length", str(self.length), "--sequence-length-variation", str(self.variation_pct),
+                "--sequence-id-start", str(self.id_start), "--sequence-id-end", str(self.id_end or 0),
+                "--num-of-sequences", str(self.num_of_sequences), *(["--string-sequence-ids"] * self.string_ids)]
+
+
+def _sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> dict[str, Any]:
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
 
 
 class _Recorder:
@@ -63,11 +99,16 @@ class _Recorder:
 class InProcessLoad:
     """Requests to a server in this process: a closed loop of ``concurrency`` requests kept in
     flight by completion callbacks (no thread per request: the load must not cost the server its
-    GIL), or an open loop paced by a scheduler thread."""
+    GIL), or an open loop paced by a scheduler thread.
+
+    With ``sequences``, a request's index says its stream (``index % streams``: the slot, or at a
+    request rate the active sequence the arrival goes to, round-robin) and the stream's next request
+    is ``index + streams``; an arrival for a sequence whose previous request is still unanswered waits
+    for that answer (perf_analyzer's serial sequences)."""
 
     def __init__(self, server: InferenceService, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
-                 distribution: str = "constant", seed: int = 0) -> None:
+                 distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None) -> None:
         if (concurrency is None) == (request_rate is None):
             raise InvalidArgumentError("give concurrency or request_rate")
         self._server = server
@@ -84,9 +125,24 @@ class InProcessLoad:
         self._outstanding = 0  # closed loop: requests sent and not yet answered
         self._outstanding_changed = threading.Condition()
         self._submitting = threading.local()  # a trampoline, so answers that come at once do not recurse
+        self._streams = concurrency or (sequences.num_of_sequences if sequences else 1)
+        self._plan = sequences.plan(self._streams, seed) if sequences else None
+        # request rate with sequences: per sequence, whether a request is in flight and how many
+        # arrivals wait for its answer
+        self._turns = threading.Lock()
+        self._busy = [False] * self._streams
+        self._waiting = [0] * self._streams
+        # requests whose predecessor was refused at once, sent by a thread of their own (started at
+        # the first refusal): a model that refuses everything must not hold start() or a worker
+        self._refused: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._retrier: threading.Thread | None = None
 
     def _request(self, index: int) -> InferRequest:
-        return InferRequest(self._model, self._requests[index % len(self._requests)])
+        inputs = self._requests[index % len(self._requests)]
+        if self._plan is None:
+            return InferRequest(self._model, inputs)
+        return InferRequest(self._model, inputs, parameters=_sequence_parameters(*self._plan.next(
+            index % self._streams)))
 
     def start(self) -> None:
         if self._concurrency is not None:
@@ -98,7 +154,7 @@ class InProcessLoad:
         self._threads.append(thread)
 
     def _send(self, index: int) -> None:
-        """Send request ``index`` of one closed-loop slot; its answer sends the slot's next one.
+        """Send request ``index`` of one closed-loop slot (or sequence); its answer sends the next one.
 
         Runs on the thread that completed the previous request (a model's worker, usually). A
         request answered before its callback is attached would run the callback here, inside
@@ -109,28 +165,82 @@ class InProcessLoad:
             return
         self._submitting.queued = pending = [index]
         try:
-            while pending and not self._stopping.is_set():
+            while pending:
+                with self._outstanding_changed:
+                    # counted before the request is made, under the lock stop() sets the flag with:
+                    # once stop() saw none outstanding, no request (nor sequence step) slips past it
+                    if self._stopping.is_set():
+                        break
+                    self._outstanding += 1
                 index = pending.pop()
                 started = time.monotonic_ns()
                 try:
                     future = self._server.infer_async(self._request(index))
                 except Exception:  # refused at once: a measured failure; the slot goes on
                     self._recorder.add(started, time.monotonic_ns(), False)
-                    pending.append(index + self._concurrency)
+                    self._settle()
+                    following = self._following(index)
+                    if following is not None:
+                        self._after_refusal(following)
                     continue
-                with self._outstanding_changed:
-                    self._outstanding += 1
-                future.add_done_callback(lambda f, s=started, i=index: self._closed_done(s, i, f))
+                future.add_done_callback(lambda f, s=started, i=index: self._chained_done(s, i, f))
         finally:
             self._submitting.queued = None
 
-    def _closed_done(self, started: int, index: int, future: Any) -> None:
-        ok = not future.cancelled() and future.exception() is None
-        self._recorder.add(started, time.monotonic_ns(), ok)
+    def _following(self, index: int) -> int | None:
+        """The request its stream sends after ``index``: a closed loop's slot always goes on; a
+        sequence at a request rate only when an arrival waits for it (else it goes idle)."""
+        if self._concurrency is not None:
+            return index + self._concurrency
+        stream = index % self._streams
+        with self._turns:
+            if self._waiting[stream]:
+                self._waiting[stream] -= 1
+                return index + self._streams
+            self._busy[stream] = False
+            return None
+
+    def _after_refusal(self, index: int) -> None:
+        with self._turns:
+            if self._stopping.is_set():
+                return
+            if self._retrier is None:
+                self._retrier = threading.Thread(target=self._send_refused, name="triton-nb-perf-retry", daemon=True)
+                self._retrier.start()
+                self._threads.append(self._retrier)
+        self._refused.put(index)
+
+    def _send_refused(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                index = self._refused.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self._send(index)
+
+    def _settle(self) -> None:
         with self._outstanding_changed:
             self._outstanding -= 1
             self._outstanding_changed.notify_all()
-        self._send(index + self._concurrency)  # type: ignore[operator]
+
+    def _chained_done(self, started: int, index: int, future: Any) -> None:
+        ok = not future.cancelled() and future.exception() is None
+        self._recorder.add(started, time.monotonic_ns(), ok)
+        self._settle()
+        following = self._following(index)
+        if following is not None:
+            self._send(following)
+
+    def _arrive(self, arrival: int) -> None:
+        """An arrival at a request rate with sequences: the next request of sequence ``arrival % streams``,
+        now if the sequence is idle, else once its request in flight is answered."""
+        stream = arrival % self._streams
+        with self._turns:
+            if self._busy[stream]:
+                self._waiting[stream] += 1
+                return
+            self._busy[stream] = True
+        self._send(arrival)
 
     def _open_loop(self) -> None:
         rng = random.Random(self._seed)
@@ -141,6 +251,10 @@ class InProcessLoad:
             delay = due - time.monotonic()
             if delay > 0 and self._stopping.wait(delay):
                 break
+            if self._plan is not None:
+                self._arrive(index)
+                index += 1
+                continue
             if not self._in_flight.acquire(timeout=1.0):
                 continue
             started = time.monotonic_ns()
@@ -163,11 +277,32 @@ class InProcessLoad:
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop sending and wait for the requests in flight (at most ``timeout_s``): the next
         measurement must not start with this one's requests still queued."""
-        self._stopping.set()
+        with self._outstanding_changed:
+            self._stopping.set()
         for thread in self._threads:
             thread.join()
         with self._outstanding_changed:
             self._outstanding_changed.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
+        self._close_sequences(timeout_s)
+
+    def _close_sequences(self, timeout_s: float) -> None:
+        """One END request for each sequence the stop cut short, so the server frees its slot (and
+        its state) before the next measurement; not recorded, failures ignored."""
+        if self._plan is None:
+            return
+        futures = []
+        for stream in range(self._streams):
+            sequence_id = self._plan.close(stream)
+            if sequence_id is None:
+                continue
+            request = InferRequest(self._model, self._requests[0], parameters=_sequence_parameters(
+                sequence_id, False, True))
+            with contextlib.suppress(Exception):
+                futures.append(self._server.infer_async(request))
+        deadline = time.monotonic() + timeout_s
+        for future in futures:
+            with contextlib.suppress(Exception):
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
 
 
 _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
@@ -179,7 +314,7 @@ class NetworkLoad:
 
     def __init__(self, protocol: str, url: str, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
-                 distribution: str = "constant", seed: int = 0) -> None:
+                 distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None) -> None:
         if (concurrency is None) == (request_rate is None):
             raise InvalidArgumentError("give concurrency or request_rate")
         if protocol == "http":
@@ -194,7 +329,8 @@ class NetworkLoad:
         level = ["--concurrency", str(concurrency)] if concurrency else ["--rate", str(request_rate)]
         self._command = [sys.executable, "-c", _BOOTSTRAP, str(Path(_loadgen.__file__)), "--protocol", protocol,
                          "--url", url, "--model", model, "--payloads", self._payload_path, *level,
-                         "--distribution", distribution, "--seed", str(seed)]
+                         "--distribution", distribution, "--seed", str(seed),
+                         *(sequences.loadgen_arguments() if sequences else [])]
         self._recorder = _Recorder()
         self._process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None

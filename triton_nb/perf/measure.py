@@ -8,7 +8,9 @@ p50/p90/p95/p99 latency as the client saw it, and the server's side of it from t
 two statistics snapshots — queue, compute input, compute infer, compute output, and with a response
 cache the hit and miss time — with the rest of the client's latency as "network + server
 send/receive", as perf_analyzer reports it. ``repeat_ratio`` makes a share of the requests repeat
-earlier ones, for measuring a server's response cache.
+earlier ones, for measuring a server's response cache. A sequence (stateful) model is measured with
+perf_analyzer's sequences: every closed-loop slot runs sequences of about ``sequence_length``
+requests one after another, each with a fresh sequence id (see :class:`~triton_nb.perf.load.SequenceSpec`).
 
 The load generator sends requests encoded once, before the measurement, and does not decode the
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
@@ -27,10 +29,11 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.inputs import InputData, request_inputs
-from triton_nb.perf.load import make_target
+from triton_nb.perf.load import SequenceSpec, make_target
 from triton_nb.perf.stats import PERCENTILES, Completions, Window, is_stable, parse_range, server_breakdown, summarize
 
-__all__ = ["PERF_ANALYZER_COLUMNS", "measure", "write_perf_analyzer_csv"]
+__all__ = ["DEFAULT_SEQUENCE_LENGTH", "PERF_ANALYZER_COLUMNS", "measure", "parse_sequence_id_range",
+           "write_perf_analyzer_csv"]
 
 _POLL_S = 0.05
 
@@ -68,6 +71,92 @@ def _levels(concurrency_range: Any, request_rate_range: Any) -> tuple[str, list[
     return "request_rate", parse_range(request_rate_range, "request_rate_range")
 
 
+#: perf_analyzer's --sequence-length default, used for a sequence model when none is given.
+DEFAULT_SEQUENCE_LENGTH = 20
+
+
+def _sequence_config(resolved: Any, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``sequence_batching`` section of the model, or of the first composing model of an
+    ensemble that has one (perf_analyzer treats such an ensemble as a sequence model too)."""
+    if config.get("sequence_batching"):
+        return config["sequence_batching"]
+    for name in _composing(config):
+        batching = resolved.config(name).get("sequence_batching")
+        if batching:
+            return batching
+    return None
+
+
+def _string_corrid(batching: dict[str, Any] | None) -> bool:
+    """Whether the model takes sequence ids as strings: its CORRID control input is TYPE_STRING
+    (Triton refuses an integer id for it)."""
+    for control_input in (batching or {}).get("control_input", []):
+        for control in control_input.get("control", []):
+            if control.get("kind") == "CONTROL_SEQUENCE_CORRID":
+                return control.get("data_type") == "TYPE_STRING"
+    return False
+
+
+def parse_sequence_id_range(value: str | Sequence[int | None] | int | None) -> tuple[int, int | None]:
+    """perf_analyzer's ``--sequence-id-range`` ``start[:end]``: the first id and the end (excluded;
+    None: unbounded). Also a ``(start, end)`` tuple or a single start. Default ``(1, None)``."""
+    if value is None:
+        return 1, None
+    if isinstance(value, str):
+        parts = value.split(":")
+        try:
+            numbers: list[int | None] = [int(part) for part in parts]
+        except ValueError:
+            numbers = []
+    elif isinstance(value, int) and not isinstance(value, bool):
+        numbers = [value]
+    else:
+        numbers = list(value)
+    valid = (1 <= len(numbers) <= 2 and isinstance(numbers[0], int) and not isinstance(numbers[0], bool)
+             and (len(numbers) == 1 or numbers[1] is None
+                  or (isinstance(numbers[1], int) and not isinstance(numbers[1], bool))))
+    if not valid:
+        raise InvalidArgumentError(f"sequence_id_range must be start[:end] (whole numbers), got {value!r}")
+    start = numbers[0]
+    end = numbers[1] if len(numbers) == 2 else None
+    if start < 1:
+        raise InvalidArgumentError(f"sequence_id_range must start at 1 or more (sequence id 0 means no sequence), "
+                                   f"got {value!r}")
+    if end is not None and end <= start:
+        raise InvalidArgumentError(f"sequence_id_range {value!r}: the end is excluded and must be above the start")
+    return start, end
+
+
+def _sequence_spec(resolved: Any, config: dict[str, Any], sequence_length: int | None,
+                   sequence_length_variation: float, sequence_id_range: Any, num_of_sequences: int,
+                   active_sequences: int, rows_per_request: int) -> SequenceSpec | None:
+    """The sequences to run, or None for stateless requests: with ``sequence_length`` given, or by
+    default for a model with ``sequence_batching``; the options checked, naming them."""
+    if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
+                                        or sequence_length < 1):
+        raise InvalidArgumentError(f"sequence_length must be a whole number >= 1, got {sequence_length!r}")
+    if not (isinstance(sequence_length_variation, (int, float)) and math.isfinite(sequence_length_variation)
+            and sequence_length_variation >= 0):
+        raise InvalidArgumentError(f"sequence_length_variation must be a percentage >= 0, got "
+                                   f"{sequence_length_variation!r}")
+    if isinstance(num_of_sequences, bool) or not isinstance(num_of_sequences, int) or num_of_sequences < 1:
+        raise InvalidArgumentError(f"num_of_sequences must be a whole number >= 1, got {num_of_sequences!r}")
+    id_start, id_end = parse_sequence_id_range(sequence_id_range)
+    batching = _sequence_config(resolved, config)
+    if sequence_length is None and batching is None:
+        return None
+    if rows_per_request != 1:
+        raise InvalidArgumentError(f"a sequence model takes one row per request (the sequence batcher's rule): "
+                                   f"rows_per_request must be 1, got {rows_per_request}")
+    if id_end is not None and id_end - id_start < active_sequences:
+        raise InvalidArgumentError(
+            f"sequence_id_range {sequence_id_range!r} holds {id_end - id_start} id(s), fewer than the "
+            f"{active_sequences} sequences active at once: two active sequences would share an id")
+    return SequenceSpec(length=DEFAULT_SEQUENCE_LENGTH if sequence_length is None else sequence_length,
+                        variation_pct=float(sequence_length_variation), id_start=id_start, id_end=id_end,
+                        num_of_sequences=num_of_sequences, string_ids=_string_corrid(batching))
+
+
 def measure(
     target: Any,
     model: str,
@@ -87,6 +176,10 @@ def measure(
     progress: bool = False,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
+    sequence_length: int | None = None,
+    sequence_length_variation: float = 20.0,
+    sequence_id_range: str | Sequence[int | None] | int | None = None,
+    num_of_sequences: int = 4,
 ) -> pd.DataFrame:
     """Measure ``model`` at each load level; one row per level (see the module's docstring).
 
@@ -104,6 +197,24 @@ def measure(
     make ``request_count`` larger than the requests a measurement sends. Each row reports what the
     server saw: ``cache_hit_ratio`` (the model's requests answered from its cache) and the hit and
     miss time per request (``server_cache_hit_us``, ``server_cache_miss_us``).
+
+    Sequence (stateful) models, as perf_analyzer's sequence options: ``sequence_length``
+    (``--sequence-length``): each closed-loop slot sends sequences of about that many requests back
+    to back, the first with ``sequence_start``, the last with ``sequence_end``, each request after
+    the previous one of its sequence was answered. Each sequence's length is drawn (seeded, so
+    repeatable) within ``sequence_length_variation`` percent of it (``--sequence-length-variation``,
+    default 20), at least 1. A model with ``sequence_batching`` (or an ensemble with such a step)
+    gets perf_analyzer's default length 20 when none is given; given for another model, the
+    sequence parameters are sent to it all the same. ``sequence_id_range``
+    (``--sequence-id-range``): ``"start[:end]"`` or ``(start, end)``, the ids each new sequence
+    takes in turn, ``end`` excluded and the ids wrapping within the range (default from 1,
+    unbounded); two sequences active at once never share an id, so the range must hold at least as
+    many ids as the highest concurrency (or ``num_of_sequences``). At a request rate,
+    ``num_of_sequences`` (``--num-of-sequences``, default 4) sequences are active and the arrivals
+    go to them in turn; an arrival for a sequence whose previous request is unanswered is sent once
+    it is answered (so a slow server gets less than the rate). A sequence takes one row per request.
+    Stopping a level ends the sequences it cut short with one unrecorded request each. Each row's
+    ``sequence_length`` is the length used (NaN without sequences).
     """
     mode, levels = _levels(concurrency_range, request_rate_range)
     if percentile is not None and percentile not in PERCENTILES:
@@ -118,6 +229,9 @@ def measure(
         request_count = 100 if repeat_ratio else 16
     requests = request_inputs(config, input_data, rows_per_request, count=request_count, repeat_ratio=repeat_ratio)
     composing = _composing(config)
+    active = int(max(levels)) if mode == "concurrency" else num_of_sequences
+    sequences = _sequence_spec(resolved, config, sequence_length, sequence_length_variation, sequence_id_range,
+                               num_of_sequences, active, rows_per_request)
     warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
     rows = []
     bar = None
@@ -129,12 +243,15 @@ def measure(
         for level in levels:
             load_kwargs = ({"concurrency": int(level)} if mode == "concurrency"
                            else {"request_rate": level, "distribution": request_distribution})
+            if sequences is not None:
+                load_kwargs["sequences"] = sequences
             rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, rows_per_request, warmup_s,
                                        measurement_interval_ms / 1e3, measurement_request_count, stability_percentage,
                                        max_trials, percentile))
             rows[-1].update({"model": model, "protocol": resolved.protocol,
                              "concurrency": int(level) if mode == "concurrency" else math.nan,
-                             "request_rate": level if mode == "request_rate" else math.nan})
+                             "request_rate": level if mode == "request_rate" else math.nan,
+                             "sequence_length": sequences.length if sequences is not None else math.nan})
             if bar is not None:
                 bar.update(1)
     finally:

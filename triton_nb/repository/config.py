@@ -334,8 +334,10 @@ def check_model_config(config: ModelConfig, model: str, file: str = CONFIG_FILEN
     elif config.backend == "python":
         problems.extend(_check_python(config, model, file))
     elif config.backend != "onnxruntime":
-        problem("backend", f"backend '{config.backend}' is not one triton_nb serves "
-                "(fil, python, onnxruntime, or platform ensemble)", severity="warning")
+        problem("backend", f"backend '{config.backend}' is not built in (fil, python, onnxruntime, platform "
+                "ensemble): the server must find it registered (triton_nb.backends.register_backend), as an entry "
+                f"point in group 'triton_nb.backends', or as {config.backend}/model.py in its backend directory",
+                severity="warning")
     for finding in check_fields(config):  # nothing set is ignored without a word
         problem(finding.field, finding.message, severity=finding.severity)
     return problems

@@ -10,7 +10,10 @@ with what triton_nb does with it:
   ``triton-nb validate`` reports an error naming the model, the field and the reason;
 * ``WARNED`` — Triton itself ignores it in the situations triton_nb serves (a GPU knob for
   CPU instances, a TensorRT-only flag, a feature behind a server flag that is off by default):
-  the model loads, with one warning at load, in ``validate`` and in ``%triton status``.
+  the model loads, with one warning at load, in ``validate`` and in ``%triton status``;
+* ``DIFFERS`` — triton_nb serves it where real Triton, for this model, does not (implicit state
+  for a Python model): the model loads, with the same warning, so that an exported repository
+  holds no surprise when Triton serves it.
 
 Some rules depend on the model: ``reshape`` is applied by the ONNX Runtime backend only, so it
 is refused for the others. :func:`check_fields` walks the fields a config sets (protobuf's
@@ -28,11 +31,12 @@ from typing import Any
 from google.protobuf.message import Message
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-__all__ = ["FIELD_RULES", "REFUSED", "SERVED", "WARNED", "FieldFinding", "FieldRule", "check_fields"]
+__all__ = ["DIFFERS", "FIELD_RULES", "REFUSED", "SERVED", "WARNED", "FieldFinding", "FieldRule", "check_fields"]
 
 SERVED = "served"
 REFUSED = "refused"
 WARNED = "warned"
+DIFFERS = "differs"
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,27 @@ def _sequence_backend(config: ModelConfig) -> str:
     return SERVED if config.backend == "python" else REFUSED
 
 
+def _python_based_runtime(config: ModelConfig) -> str:
+    # Triton sets runtime: "model.py" itself for a Python-based backend (a backend directory's
+    # NAME/model.py), which the server resolves the same way; a built-in backend has no such file
+    builtin = config.backend in ("fil", "python", "onnxruntime")
+    return SERVED if config.runtime == "model.py" and not builtin else REFUSED
+
+
+def _metric_families(config: ModelConfig) -> str:
+    # Triton core's MetricReporterConfig: buckets of other families are ignored, with a warning
+    families = {control.metric_identifier.family for control in config.model_metrics.metric_control}
+    return SERVED if families <= {"nv_inference_first_response_histogram_ms"} else WARNED
+
+
+def _sorted_buckets(config: ModelConfig) -> str:
+    for control in config.model_metrics.metric_control:
+        buckets = list(control.histogram_options.buckets)
+        if any(buckets[i] >= buckets[i + 1] for i in range(len(buckets) - 1)):
+            return REFUSED
+    return SERVED
+
+
 def _unless_default(pinned: Any) -> str:
     # enable: true is Triton's default (the effective config fills it in): nothing to say
     return SERVED if pinned.enable else WARNED
@@ -76,8 +101,8 @@ FIELD_RULES: dict[str, FieldRule] = {
     "name": FieldRule(SERVED),
     "platform": FieldRule(SERVED),
     "backend": FieldRule(SERVED),
-    "runtime": FieldRule(REFUSED, "a custom backend runtime (shared library or Python-based backend file) is "
-                                  "not supported; leave it unset"),
+    "runtime": FieldRule(REFUSED, "a backend runtime other than a Python-based backend's model.py (a shared "
+                                  "library) cannot be loaded; leave it unset", when=_python_based_runtime),
     "version_policy": FieldRule(SERVED),
     "version_policy.latest": FieldRule(SERVED),
     "version_policy.latest.num_versions": FieldRule(SERVED),
@@ -146,8 +171,11 @@ FIELD_RULES: dict[str, FieldRule] = {
     "sequence_batching.direct": FieldRule(SERVED),
     "sequence_batching.direct.max_queue_delay_microseconds": FieldRule(SERVED),
     "sequence_batching.direct.minimum_slot_utilization": FieldRule(SERVED),
-    "sequence_batching.oldest": FieldRule(REFUSED, "the sequence batcher's oldest strategy is not implemented; "
-                                                   "use direct (the default)"),
+    "sequence_batching.oldest": FieldRule(SERVED),
+    "sequence_batching.oldest.max_candidate_sequences": FieldRule(SERVED),
+    "sequence_batching.oldest.preferred_batch_size": FieldRule(SERVED),
+    "sequence_batching.oldest.max_queue_delay_microseconds": FieldRule(SERVED),
+    "sequence_batching.oldest.preserve_ordering": FieldRule(SERVED),
     "sequence_batching.max_sequence_idle_microseconds": FieldRule(SERVED),
     "sequence_batching.control_input": FieldRule(SERVED),
     "sequence_batching.control_input.name": FieldRule(SERVED),
@@ -157,9 +185,25 @@ FIELD_RULES: dict[str, FieldRule] = {
     "sequence_batching.control_input.control.fp32_false_true": FieldRule(SERVED),
     "sequence_batching.control_input.control.bool_false_true": FieldRule(SERVED),
     "sequence_batching.control_input.control.data_type": FieldRule(SERVED),
-    "sequence_batching.state": FieldRule(REFUSED, "implicit state (state tensors kept by the server between the "
-                                                  "requests of a sequence) is not implemented; keep the state in "
-                                                  "the model, keyed by the CORRID control input"),
+    "sequence_batching.state": FieldRule(DIFFERS, "real Triton's Python backend hands the model the state input "
+                                                  "but never carries the model's output state into it (only the "
+                                                  "onnxruntime, tensorrt and pytorch backends do), so there every "
+                                                  "request sees the initial state; triton_nb carries it"),
+    "sequence_batching.state.input_name": FieldRule(SERVED),
+    "sequence_batching.state.output_name": FieldRule(SERVED),
+    "sequence_batching.state.data_type": FieldRule(SERVED),
+    "sequence_batching.state.dims": FieldRule(SERVED),
+    "sequence_batching.state.initial_state": FieldRule(SERVED),
+    "sequence_batching.state.initial_state.data_type": FieldRule(SERVED),
+    "sequence_batching.state.initial_state.dims": FieldRule(SERVED),
+    "sequence_batching.state.initial_state.zero_data": FieldRule(SERVED),
+    "sequence_batching.state.initial_state.data_file": FieldRule(SERVED),
+    "sequence_batching.state.initial_state.name": FieldRule(SERVED),
+    "sequence_batching.state.use_same_buffer_for_input_output": FieldRule(
+        WARNED, "a buffer-placement knob for backends that write the state in place (TRITONBACKEND_StateBuffer); "
+                "a Python model's state here is the array it returns"),
+    "sequence_batching.state.use_growable_memory": FieldRule(
+        WARNED, "a GPU memory knob (CUDA virtual memory for growing state); triton_nb keeps state in host memory"),
     "sequence_batching.iterative_sequence": FieldRule(REFUSED, "iterative sequences (request rescheduling) are not "
                                                                "implemented"),
     "ensemble_scheduling": FieldRule(SERVED),
@@ -208,9 +252,18 @@ FIELD_RULES: dict[str, FieldRule] = {
     "response_cache.enable": FieldRule(SERVED, "Response Cache does not currently support a model with 'decoupled' "
                                                "transaction policy (Triton refuses it too). Please disable the "
                                                "response cache.", when=_cacheable),
-    "model_metrics": FieldRule(WARNED, "histogram options for Triton's latency histograms, which Triton exports "
-                                       "only with --metrics-config histogram_latencies=true; triton_nb exports "
-                                       "no histograms"),
+    # histogram buckets of nv_inference_first_response_histogram_ms (with --metrics-config
+    # histogram_latencies=true): the one family Triton lets a model customize
+    "model_metrics": FieldRule(SERVED),
+    "model_metrics.metric_control": FieldRule(SERVED),
+    "model_metrics.metric_control.metric_identifier": FieldRule(SERVED),
+    "model_metrics.metric_control.metric_identifier.family": FieldRule(
+        WARNED, "only nv_inference_first_response_histogram_ms takes custom buckets; Triton warns that any other "
+                "family 'is not a customizable metric in Triton core' and ignores it", when=_metric_families),
+    "model_metrics.metric_control.histogram_options": FieldRule(SERVED),
+    "model_metrics.metric_control.histogram_options.buckets": FieldRule(
+        REFUSED, "histogram buckets must be strictly increasing (prometheus-cpp refuses others)",
+        when=_sorted_buckets),
 }
 
 
@@ -247,6 +300,7 @@ def check_fields(config: ModelConfig) -> list[FieldFinding]:
     field set on several tensors or groups once, at the first."""
     problems: list[FieldFinding] = []
     reported: list[str] = []  # paths already reported: neither they (at another index) nor their children again
+    differing: set[str] = set()  # DIFFERS paths already reported (at another index)
     for path, where in _set_fields(config, "", ""):
         if any(path == done or path.startswith(done + ".") for done in reported):
             continue
@@ -254,7 +308,11 @@ def check_fields(config: ModelConfig) -> list[FieldFinding]:
         if rule is None:  # a schema field this table does not know yet: refuse rather than ignore
             rule = FieldRule(REFUSED, "triton_nb does not know this field")
         status = rule.status_for(config)
-        if status == SERVED:
+        if status == SERVED or path in differing:
+            continue
+        if status == DIFFERS:  # served: its children are judged on their own
+            differing.add(path)
+            problems.append(FieldFinding("warning", where, f"served differently from Triton: {rule.reason}"))
             continue
         reported.append(path)
         if status == REFUSED:

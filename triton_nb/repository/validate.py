@@ -24,6 +24,7 @@ from triton_nb.repository.config import (
     model_filename,
 )
 from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository
+from triton_nb.repository.sequence_state import check_sequence_state
 from triton_nb.repository.warmup import check_warmup
 
 __all__ = ["errors_only", "validate_repository"]
@@ -49,6 +50,7 @@ def _check_entry(entry: ModelEntry) -> list[Problem]:
         return [Problem(entry.name, CONFIG_FILENAME, "", entry.error or "missing")]
     problems = check_model_config(entry.config, entry.name)
     problems.extend(check_warmup(entry.config, entry.name, entry.path))  # samples and their files
+    problems.extend(check_sequence_state(entry.config, entry.name, entry.path))  # initial state files
     for name in entry.ignored:
         problems.append(Problem(entry.name, f"{name}/", "", "not a numeric version folder; Triton ignores it",
                                 "warning"))

@@ -45,10 +45,11 @@ from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache,
 from triton_nb.server.checks import _check_request
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.futures import ResponseFuture
-from triton_nb.server.instances import set_instance_count
+from triton_nb.server.instances import InstanceOptions, set_instance_count
 from triton_nb.server.models import ModelManager, _Model, _Version
 from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.rate_limiter import RATE_LIMIT_MODES, RateLimiter
+from triton_nb.server.shared_memory import SharedMemoryRegistry
 from triton_nb.server.stats import ServerStats
 from triton_nb.server.types import InferRequest, InferResponse
 
@@ -57,6 +58,7 @@ __all__ = ["MODEL_CONTROL_MODES", "Server"]
 log = logging.getLogger(__name__)
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
+PYTHON_INSTANCE_KINDS = ("thread", "process")
 
 _S = TypeVar("_S", bound="Server")  # start() and __enter__ return the subclass they are called on
 
@@ -119,6 +121,26 @@ class Server:
         an identical request is answered from it without running the model. None or 0 (the
         default): no cache, as Triton without ``--cache-config``, and the models' flags do nothing.
         See :mod:`triton_nb.server.cache` and :meth:`update_response_cache`.
+    backend_directory:
+        A folder of Python-based backends, as Triton's ``--backend-directory``: a config saying
+        ``backend: "NAME"`` runs ``<backend_directory>/NAME/model.py`` for that model (after
+        backends registered with :func:`triton_nb.backends.register_backend` and installed entry
+        points; see :mod:`triton_nb.backends.registry`).
+    python_instances:
+        ``"thread"`` (the default: Python-model instances are threads of this process, with no
+        hand-off cost) or ``"process"`` (a process per instance, as Triton's stubs: instances run in
+        parallel on several cores and a crash fails one batch, not the kernel; see
+        :mod:`triton_nb.backends.python_process`). A model with ``EXECUTION_ENV_PATH`` runs in
+        processes of its environment's interpreter either way.
+    metrics_config:
+        Triton's ``--metrics-config`` settings, e.g. ``["summary_latencies=true",
+        "summary_quantiles=0.5:0.05,0.99:0.001"]`` (or a dict of them): ``counter_latencies``,
+        ``summary_latencies``, ``summary_quantiles``, ``histogram_latencies``; an unknown key is an
+        error naming it. See :mod:`triton_nb.server.metrics`.
+    cpu_metrics:
+        Export Triton's CPU metrics (``nv_cpu_utilization``, ``nv_cpu_memory_total_bytes``,
+        ``nv_cpu_memory_used_bytes``: system-wide, from ``/proc``), as ``--allow-cpu-metrics``
+        (on by default, as in Triton).
     """
 
     def __init__(
@@ -149,6 +171,10 @@ class Server:
         cache_size_bytes: int | None = None,
         rate_limit: str = "off",
         rate_limit_resources: list[str] | tuple[str, ...] = (),
+        backend_directory: str | os.PathLike[str] | None = None,
+        python_instances: str = "thread",
+        metrics_config: list[str] | tuple[str, ...] | dict[str, Any] | None = None,
+        cpu_metrics: bool = True,
     ) -> None:
         if model_control_mode not in MODEL_CONTROL_MODES:
             raise InvalidArgumentError(
@@ -173,7 +199,8 @@ class Server:
         self.model_control_mode = model_control_mode
         self._load_models = [load_models] if isinstance(load_models, str) else list(load_models)
         self.repository_poll_secs = repository_poll_secs
-        self.stats = ServerStats()
+        # --metrics-config is checked here, before anything loads: a bad key names itself at once
+        self.stats = ServerStats(metrics_config, cpu_metrics=bool(cpu_metrics), custom_metrics=True)
         self._started = False
         self._stopped = False
         self._frontend_options = FrontendOptions(
@@ -187,6 +214,9 @@ class Server:
             grpc_restricted_api=(grpc_restricted_api,) if isinstance(grpc_restricted_api, str) else tuple(
                 grpc_restricted_api))
         self._frontends: NetworkFrontends | None = None
+        # Triton's system shared-memory regions, shared by the HTTP and gRPC front ends (and
+        # usable in-process: server.shared_memory.register(name, key, byte_size, offset))
+        self.shared_memory = SharedMemoryRegistry()
         if rate_limit not in RATE_LIMIT_MODES:
             raise InvalidArgumentError(f"rate_limit must be one of {', '.join(RATE_LIMIT_MODES)}, got {rate_limit!r}")
         if rate_limit_resources and rate_limit == "off":
@@ -194,10 +224,21 @@ class Server:
         self.rate_limit = rate_limit
         # Triton's --rate-limit: with "off" (its default) every rate_limiter block is ignored, as there
         limiter = RateLimiter(rate_limit_resources) if rate_limit == "execution_count" else None
+        self.backend_directory = None if backend_directory is None else Path(backend_directory)
+        if self.backend_directory is not None and not self.backend_directory.is_dir():
+            raise NotFoundError(f"backend_directory {self.backend_directory} does not exist or is not a folder")
+        if python_instances not in PYTHON_INSTANCE_KINDS:
+            raise InvalidArgumentError(f"python_instances must be one of {', '.join(PYTHON_INSTANCE_KINDS)}, got "
+                                       f"{python_instances!r}")
+        self.python_instances = python_instances
+        self._instance_options = InstanceOptions(self.backend_directory, python_instances)
         self._manager = ModelManager(self.repository, self.stats, server=self, infer_step=self._infer_step,
-                                     exit_timeout_secs=exit_timeout_secs, rate_limiter=limiter)
+                                     exit_timeout_secs=exit_timeout_secs, rate_limiter=limiter,
+                                     instance_options=self._instance_options)
         # bound once: resolving is on every request's path, and a delegating method costs a frame
         self._resolve: Callable[[str, int], _Version] = self._manager.resolve
+        # the first-response histogram's buckets come from the serving version's model_metrics
+        self.stats.model_metrics = lambda name, version: self._resolve(name, version).config.model_metrics
         if cache_size_bytes is not None and int(cache_size_bytes) < 0:
             raise InvalidArgumentError(f"cache_size_bytes must be >= 0, got {cache_size_bytes}")
         self._cache_switches = CacheSwitches(self._resolve)
@@ -289,6 +330,8 @@ class Server:
         if frontends is not None and not frontends.wait(10.0):  # what was in flight has been answered
             log.warning("the network front ends did not stop in time; ending them")
             frontends.kill()
+        self.shared_memory.close()  # unmap what clients left registered, as Triton does at exit
+        self.stats.close()  # custom metrics the models still hold leave the process registry
         if self._froze_gc:
             self._froze_gc = False
             unfreeze_after_serving()
@@ -405,7 +448,8 @@ class Server:
         updated = target.scheduler.update(**settings)
         count = knobs.get("instance_count")
         if count is not None:
-            set_instance_count(target, int(count), repository=self.repository, server=self)
+            set_instance_count(target, int(count), repository=self.repository, server=self,
+                               options=self._instance_options)
         return {
             "max_batch_size": updated.max_batch_size,
             "max_queue_delay_microseconds": updated.max_queue_delay_microseconds,

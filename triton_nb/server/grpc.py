@@ -2,8 +2,8 @@
 (:class:`triton_nb.server.service.InferenceService`).
 
 The servicer implements the service generated in ``tritonclient.grpc.service_pb2_grpc``. gRPC itself
-is terminated by a relay process (:mod:`triton_nb.server.grpc_relay`, started by :class:`GrpcRelay`)
-that passes each call's bytes over a socket pair to :class:`RelayLink`, on the front ends' event loop
+is terminated by a relay process (:mod:`triton_nb.server.grpc_relay`) that passes each call's bytes
+over a socket pair to the server (:mod:`triton_nb.server.grpc_link`), on the front ends' event loop
 (:mod:`triton_nb.server.network`): gRPC's own per-call machinery then runs on another core instead of
 holding this process's GIL. Tensors arrive as
 typed ``contents`` or as ``raw_input_contents`` (one raw buffer per input, in order); responses
@@ -11,21 +11,18 @@ always fill ``raw_output_contents`` for every output, in order, as Triton does. 
 from :func:`triton_nb.errors.wire_status`, the same mapping the HTTP front end uses.
 ``ModelStreamInfer`` serves decoupled models (any number of responses per request) and answers
 non-decoupled ones one response per request; errors in a stream travel as ``error_message`` and the
-stream carries on, as in Triton.
+stream carries on, as in Triton. System shared memory (the ``SystemSharedMemory*`` RPCs and the
+``shared_memory_*`` tensor parameters, in ``ModelInfer`` and ``ModelStreamInfer``) is served here,
+in the server's process where the model runs, from the registry the HTTP front end shares
+(:mod:`triton_nb.server.shared_memory`); the relay only forwards the calls' bytes. The
+``CudaSharedMemory*`` RPCs answer as a Triton without a GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import socket
-import struct
-import subprocess
-import sys
-import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -34,8 +31,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_status
-from triton_nb.server import grpc_relay as relay
+from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_status
 from triton_nb.server.protocol import (
     SERVER_EXTENSIONS,
     SERVER_NAME,
@@ -47,12 +43,13 @@ from triton_nb.server.protocol import (
     check_shape,
     classify,
 )
+from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
 from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
-__all__ = ["GrpcRelay", "GrpcServicer", "RelayLink"]
+__all__ = ["GrpcServicer"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +60,7 @@ _CONTENTS_FIELD = {
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
 _SERVER_PARAMETERS = ("priority", "timeout")
+_NO_SHM_OUTPUTS: dict[str, Any] = {}  # never written to: the outputs of a request without shared memory
 
 
 def _parameter(value: Any) -> Any:
@@ -84,12 +82,15 @@ def _message(error: BaseException) -> str:
 
 
 class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """Every RPC of ``inference.GRPCInferenceService`` except shared memory and tracing."""
+    """Every RPC of ``inference.GRPCInferenceService`` except tracing (CUDA shared memory is
+    answered as a Triton without GPU support answers it)."""
 
     def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings) -> None:
         self._server = server
         self._limits = limits
         self._log_settings = log_settings
+        # the same registry as the HTTP front end's: a region registered over one is usable over the other
+        self._shared_memory = registry_of(server)
 
     async def _abort(self, context: grpc.aio.ServicerContext, error: BaseException) -> None:
         if not isinstance(error, TritonNBError):
@@ -210,8 +211,75 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 response.settings[key].string_param = value
         return response
 
+    # ------------------------------------------------------------------ shared memory
+    async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+                                       ) -> pb.SystemSharedMemoryStatusResponse:
+        try:
+            regions = self._shared_memory.status(request.name)
+        except Exception as error:
+            await self._abort(context, error)
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in regions:
+            response.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+                                         ) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            if not request.name:
+                raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
+            self._shared_memory.register(request.name, request.key, request.byte_size, request.offset)
+        except Exception as error:
+            await self._abort(context, error)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+                                           ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+                                     ) -> pb.CudaSharedMemoryStatusResponse:
+        try:
+            self._shared_memory.cuda_status(request.name)  # nothing is ever registered
+        except Exception as error:
+            await self._abort(context, error)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+                                       ) -> pb.CudaSharedMemoryRegisterResponse:
+        try:
+            self._shared_memory.cuda_register(request.name)  # refuses: no GPU
+        except Exception as error:
+            await self._abort(context, error)
+        return pb.CudaSharedMemoryRegisterResponse()  # pragma: no cover - cuda_register always raises
+
+    async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+                                         ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._shared_memory.cuda_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     # ------------------------------------------------------------------ inference
-    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False) -> tuple[InferRequest, dict[str, int]]:
+    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False
+                ) -> tuple[InferRequest, dict[str, int], SharedMemoryLease | None]:
+        """The request, its classification counts, and the shared-memory lease the caller must
+        release once the last response is encoded (None when no tensor is in shared memory)."""
+        leases: list[SharedMemoryLease] = []
+        try:
+            infer_request, classes = self._decode_tensors(request, streaming, leases)
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        return infer_request, classes, leases[0] if leases else None
+
+    def _lease(self, leases: list[SharedMemoryLease]) -> SharedMemoryLease:
+        if not leases:
+            leases.append(self._shared_memory.lease())
+        return leases[0]
+
+    def _decode_tensors(self, request: pb.ModelInferRequest, streaming: bool, leases: list[SharedMemoryLease]
+                        ) -> tuple[InferRequest, dict[str, int]]:
         model = request.model_name
         version = _version_number(model, request.model_version)
         # the model first, as Triton: a request to an unknown model is NOT_FOUND whatever its inputs
@@ -222,20 +290,33 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 f"ModelStreamInfer)")
         raw = request.raw_input_contents
         if raw and len(raw) != len(request.inputs):
-            raise InvalidArgumentError(
-                f"model '{model}': {len(raw)} raw_input_contents for {len(request.inputs)} inputs; send one raw "
-                f"buffer per input or none")
+            # inputs in shared memory have no raw buffer: the buffers are those of the others, in order
+            plain = sum(1 for tensor in request.inputs if "shared_memory_region" not in tensor.parameters)
+            if len(raw) != plain:
+                raise InvalidArgumentError(
+                    f"model '{model}': {len(raw)} raw_input_contents for {plain} inputs not in shared memory; send "
+                    f"one raw buffer per such input or none")
         arrays: dict[str, np.ndarray] = {}
-        for index, tensor in enumerate(request.inputs):
+        index = 0  # the next raw buffer
+        for tensor in request.inputs:
             name = tensor.name
             if name in arrays:
                 raise InvalidArgumentError(f"model '{model}': input '{name}' is given more than once")
             shape = check_shape(model, name, list(tensor.shape), self._limits)
+            if tensor.parameters:
+                place = _tensor_region(tensor)
+                if place is not None:
+                    if tensor.HasField("contents"):
+                        raise InvalidArgumentError(f"unexpected 'content' provided when using shared memory for input "
+                                                   f"tensor '{name}' for model '{model}'")
+                    arrays[name] = self._lease(leases).read_input(model, name, tensor.datatype, shape, place)
+                    continue
             if raw:
                 if tensor.HasField("contents"):
                     raise InvalidArgumentError(f"contents field must not be specified when using raw_input_contents "
                                                f"for '{name}' for model '{model}'")
                 arrays[name] = array_from_buffer(model, name, tensor.datatype, shape, raw[index])
+                index += 1
                 continue
             field = _CONTENTS_FIELD.get(tensor.datatype)
             if field is None:
@@ -256,6 +337,13 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         requested = []
         for output in request.outputs:
             requested.append(output.name)
+            if output.parameters:
+                place = _tensor_region(output)
+                if place is not None:
+                    if "classification" in output.parameters:
+                        raise InvalidArgumentError("output can't set both 'shared_memory_region' and 'classification'")
+                    self._lease(leases).bind_output(output.name, place)
+                    continue
             if "classification" in output.parameters:
                 classes[output.name] = _parameter(output.parameters["classification"])
         return InferRequest(
@@ -264,12 +352,20 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             parameters={k: v for k, v in parameters.items() if k not in _SERVER_PARAMETERS},
         ), classes
 
-    def _encode(self, response: InferResponse, classes: dict[str, int]) -> pb.ModelInferResponse:
+    def _encode(self, response: InferResponse, classes: dict[str, int], lease: SharedMemoryLease | None = None
+                ) -> pb.ModelInferResponse:
         model = response.model_name
         message = pb.ModelInferResponse(model_name=model, model_version=str(response.model_version),
                                         id=response.request_id)
         batching = None
+        in_shared_memory = lease.outputs if lease is not None else _NO_SHM_OUTPUTS
         for name, array in response.outputs.items():
+            if name in in_shared_memory:
+                # written into its region; an empty raw buffer keeps the outputs and buffers in step, as Triton's
+                lease.write_output(name, array)  # type: ignore[union-attr]
+                message.outputs.add(name=name, datatype=numpy_to_triton_dtype(array.dtype), shape=array.shape)
+                message.raw_output_contents.append(b"")
+                continue
             if name in classes:
                 if batching is None:
                     batching = self._server.input_config(model, response.model_version).max_batch_size > 0
@@ -282,12 +378,16 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return message
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        lease = None
         try:
-            infer_request, classes = self._decode(request)
+            infer_request, classes, lease = self._decode(request)
             response = await asyncio.wrap_future(self._server.infer_async(infer_request))
-            return self._encode(response, classes)
+            return self._encode(response, classes, lease)
         except Exception as error:
             await self._abort(context, error)
+        finally:
+            if lease is not None:
+                lease.release()
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
                                ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -307,8 +407,9 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         def start(request: pb.ModelInferRequest) -> None:
             nonlocal in_flight
+            lease = None
             try:
-                infer_request, classes = self._decode(request, streaming=True)
+                infer_request, classes, lease = self._decode(request, streaming=True)
                 config = self._server.input_config(infer_request.model_name, infer_request.model_version)
                 decoupled = config.model_transaction_policy.decoupled
                 want_empty_final = _parameter(request.parameters["triton_enable_empty_final_response"]) \
@@ -321,7 +422,11 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                         if response is not None and response.error is not None:
                             message = error_message(request, response.error)
                         elif response is not None:
-                            message = pb.ModelStreamInferResponse(infer_response=self._encode(response, classes))
+                            try:
+                                message = pb.ModelStreamInferResponse(
+                                    infer_response=self._encode(response, classes, lease))
+                            except Exception as encode_error:  # an output region too small
+                                message = error_message(request, encode_error)
                             if want_empty_final:
                                 message.infer_response.parameters["triton_final_response"].bool_param = final
                         elif final and want_empty_final:
@@ -331,6 +436,8 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                         else:
                             message = None
                         if final:
+                            if lease is not None:
+                                lease.release()
                             finish(message) if message is not None else finish_quietly()
                         elif message is not None:
                             outbox.put_nowait(message)
@@ -339,6 +446,8 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 future = self._server.infer_async(infer_request)
                 in_flight += 1
             except Exception as error:
+                if lease is not None:
+                    lease.release()
                 outbox.put_nowait(error_message(request, error))
                 return
 
@@ -347,12 +456,18 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if finished.cancelled():
                     error = InvalidArgumentError("the request was cancelled")
                 if error is not None:
+                    if lease is not None:
+                        lease.release()
                     loop.call_soon_threadsafe(finish, error_message(request, error))
                 elif not decoupled:
                     try:
-                        message = pb.ModelStreamInferResponse(infer_response=self._encode(finished.result(), classes))
+                        message = pb.ModelStreamInferResponse(
+                            infer_response=self._encode(finished.result(), classes, lease))
                     except Exception as encode_error:
                         message = error_message(request, encode_error)
+                    finally:
+                        if lease is not None:
+                            lease.release()
                     loop.call_soon_threadsafe(finish, message)
 
             future.add_done_callback(done)
@@ -385,6 +500,37 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
 
 
+def _tensor_region(tensor: Any) -> TensorRegion | None:
+    """An input's or requested output's ``shared_memory_*`` parameters, checked as Triton checks
+    them (``ParseSharedMemoryParams``); None when the tensor is not in shared memory."""
+    parameters = tensor.parameters
+    name = tensor.name
+    if "shared_memory_region" not in parameters:
+        for key in SHM_PARAMETERS[1:]:
+            if key in parameters:
+                raise InvalidArgumentError(f"'{key}' can not be specified without 'shared_memory_region' parameter "
+                                           f"for tensor '{name}'")
+        return None
+    region = parameters["shared_memory_region"]
+    if region.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidArgumentError(f"invalid value type for 'shared_memory_region' parameter for tensor '{name}', "
+                                   f"expected string_param.")
+    numbers = []
+    for key in SHM_PARAMETERS[1:]:
+        if key not in parameters:
+            if key == "shared_memory_byte_size":
+                raise InvalidArgumentError(f"'shared_memory_byte_size' must be specified along with "
+                                           f"'shared_memory_region' parameter for tensor '{name}'")
+            numbers.append(0)
+            continue
+        value = parameters[key]
+        if value.WhichOneof("parameter_choice") != "int64_param":
+            raise InvalidArgumentError(f"invalid value type for '{key}' parameter for tensor '{name}', expected "
+                                       f"int64_param.")
+        numbers.append(value.int64_param)
+    return TensorRegion(region.string_param, numbers[0], numbers[1])
+
+
 def _set_parameter(target: pb.InferParameter, value: Any) -> None:
     if isinstance(value, bool):
         target.bool_param = value
@@ -397,260 +543,3 @@ def _set_parameter(target: pb.InferParameter, value: Any) -> None:
 
 
 # ---------------------------------------------------------------------- the relay's server side
-
-
-class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class _RelayContext:
-    """What the servicer's methods use of a ``grpc.aio.ServicerContext``, for calls that arrive
-    through the relay."""
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise _Abort(code, details)
-
-    def set_code(self, code: grpc.StatusCode) -> None:  # the generated base class's UNIMPLEMENTED
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        self.details = details
-
-
-def _error_payload(code_name: str, details: str) -> bytes:
-    return code_name.encode() + b"\0" + details.encode("utf-8", errors="replace")
-
-
-class RelayLink(asyncio.Protocol):
-    """The server's end of the socket pair to the gRPC relay process (:mod:`grpc_relay`).
-
-    Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
-    and queued; its answer is encoded and written by the model thread that finishes it, through a
-    blocking duplicate of the socket under a lock — no hop back to the loop, whose thread would have
-    to win the GIL once more per call. The other calls run the servicer's coroutines as tasks.
-    """
-
-    def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
-        self._servicer = servicer
-        self._server = servicer._server
-        self._writer = link.dup()
-        self._writer.setblocking(True)
-        self._write_lock = threading.Lock()
-        self._buffer = bytearray()
-        self._streams: dict[int, asyncio.Queue] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self.closed: asyncio.Future | None = None
-
-    # ------------------------------------------------------------------ transport
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.closed = asyncio.get_running_loop().create_future()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        for queue in self._streams.values():
-            queue.put_nowait(None)
-        if self.closed is not None and not self.closed.done():
-            self.closed.set_result(None)
-        with self._write_lock:
-            self._writer.close()
-
-    def send(self, kind: int, call_id: int, payload: bytes = b"") -> None:
-        """Write one frame; safe from any thread."""
-        data = relay.frame(kind, call_id, payload)
-        with self._write_lock:
-            try:
-                self._writer.sendall(data)
-            except OSError:  # the relay has gone: its clients see the connection drop
-                log.debug("gRPC relay gone; answer to call %d dropped", call_id)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        offset = 0
-        header = relay.HEADER
-        while len(buffer) - offset >= header.size:
-            size, call_id, kind = header.unpack_from(buffer, offset)
-            end = offset + header.size + size
-            if len(buffer) < end:
-                break
-            payload = bytes(buffer[offset + header.size:end])
-            offset = end
-            self._frame(kind, call_id, payload)
-        del buffer[:offset]
-
-    # ------------------------------------------------------------------ calls
-    def _frame(self, kind: int, call_id: int, payload: bytes) -> None:
-        if kind == relay.CALL:
-            method, _, request = payload.partition(b"\0")
-            if method == b"ModelInfer":
-                self._model_infer(call_id, request)
-            else:
-                self._spawn(self._unary(call_id, method.decode(), request))
-        elif kind == relay.STREAM_OPEN:
-            queue: asyncio.Queue = asyncio.Queue()
-            self._streams[call_id] = queue
-            self._spawn(self._stream(call_id, queue))
-        elif kind == relay.STREAM_MESSAGE:
-            queue = self._streams.get(call_id)
-            if queue is not None:
-                queue.put_nowait(pb.ModelInferRequest.FromString(payload))
-        elif kind == relay.STREAM_CLOSE:
-            queue = self._streams.get(call_id)
-            if queue is not None:
-                queue.put_nowait(None)
-
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _fail(self, kind: int, call_id: int, error: BaseException) -> None:
-        if isinstance(error, _Abort):
-            self.send(kind, call_id, _error_payload(error.code.name, error.details))
-            return
-        if not isinstance(error, TritonNBError):
-            log.exception("gRPC call failed", exc_info=error)
-        _, code = wire_status(error)
-        self.send(kind, call_id, _error_payload(code, _message(error)))
-
-    def _model_infer(self, call_id: int, data: bytes) -> None:
-        servicer = self._servicer
-        try:
-            request = pb.ModelInferRequest.FromString(data)
-            infer_request, classes = servicer._decode(request)
-            future = self._server.infer_async(infer_request)
-        except Exception as error:
-            self._fail(relay.REPLY_ERROR, call_id, error)
-            return
-
-        def answer(finished: Any) -> None:  # on the model thread that finished the request
-            try:
-                if finished.cancelled():
-                    raise InvalidArgumentError("the request was cancelled")
-                payload = servicer._encode(finished.result(), classes).SerializeToString()
-            except Exception as error:
-                self._fail(relay.REPLY_ERROR, call_id, error)
-                return
-            self.send(relay.REPLY, call_id, payload)
-
-        future.add_done_callback(answer)
-
-    async def _unary(self, call_id: int, method: str, data: bytes) -> None:
-        handler = getattr(type(self._servicer), method, None)
-        base = getattr(service_pb2_grpc.GRPCInferenceServiceServicer, method, None)
-        if handler is None or handler is base:
-            self.send(relay.REPLY_ERROR, call_id, _error_payload("UNIMPLEMENTED", f"{method} is not supported"))
-            return
-        try:
-            request_type = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name[method].input_type
-            request = _message_class(request_type).FromString(data)
-            response = await handler(self._servicer, request, _RelayContext())
-        except Exception as error:
-            self._fail(relay.REPLY_ERROR, call_id, error)
-            return
-        self.send(relay.REPLY, call_id, response.SerializeToString())
-
-    async def _stream(self, call_id: int, queue: asyncio.Queue) -> None:
-        async def requests() -> AsyncIterator[pb.ModelInferRequest]:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                yield item
-
-        try:
-            async for message in self._servicer.ModelStreamInfer(requests(), _RelayContext()):
-                self.send(relay.STREAM_OUT, call_id, message.SerializeToString())
-        except Exception as error:
-            self._fail(relay.STREAM_END, call_id, error)
-        else:
-            self.send(relay.STREAM_END, call_id)
-        finally:
-            self._streams.pop(call_id, None)
-
-
-def _message_class(descriptor: Any) -> Any:
-    return getattr(pb, descriptor.name)
-
-
-_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
-class GrpcRelay:
-    """Starts the relay process and ends it; the link runs on the front ends' event loop."""
-
-    def __init__(self, servicer: GrpcServicer, address: str, port: int, max_message_bytes: int,
-                 startup_timeout_s: float = 60.0, restricted: dict[str, tuple[str, str]] | None = None) -> None:
-        self._servicer = servicer
-        ours, theirs = socket.socketpair()
-        # Run as a file, without its folder on sys.path (its siblings grpc.py and http.py would
-        # shadow the real packages) and without importing the package (fast start, no models).
-        command = [sys.executable, "-c", _BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
-                   "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
-                   "--restricted", json.dumps(restricted or {})]
-        try:
-            self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
-        finally:
-            theirs.close()
-        self._socket = ours
-        try:
-            self.port = self._await_listening(startup_timeout_s)
-        except BaseException:
-            self.kill()
-            raise
-        self.link: RelayLink | None = None
-
-    def _await_listening(self, timeout_s: float) -> int:
-        self._socket.settimeout(timeout_s)
-        try:
-            header = _recv_exactly(self._socket, relay.HEADER.size)
-            size, _, kind = relay.HEADER.unpack(header)
-            payload = _recv_exactly(self._socket, size)
-        except (OSError, EOFError) as exc:
-            raise UnavailableError(f"the gRPC front end did not start: {exc or 'the relay process exited'}") from None
-        finally:
-            self._socket.settimeout(None)
-        if kind == relay.START_FAILED:
-            raise UnavailableError(f"gRPC service {payload.decode(errors='replace')}")
-        (port,) = struct.unpack("<I", payload)
-        return port
-
-    async def connect(self) -> RelayLink:
-        """Serve the link on the running loop (the front ends')."""
-        self._socket.setblocking(False)
-        _, link = await asyncio.get_running_loop().connect_accepted_socket(
-            lambda: RelayLink(self._servicer, self._socket), sock=self._socket)
-        self.link = link
-        return link
-
-    def begin_stop(self, grace_s: float) -> None:
-        """Ask the relay to refuse new calls and end once the calls in flight are answered."""
-        if self.link is not None:
-            self.link.send(relay.SHUTDOWN, 0, struct.pack("<d", grace_s))
-
-    def wait(self, timeout_s: float) -> bool:
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._socket.close()
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise EOFError("the relay process exited")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)

@@ -12,7 +12,7 @@ standard library, so it starts in a fraction of a second without loading the pac
 numerical libraries. It exits when the server asks it to (after answering what is in flight) or
 when the socket closes (the server's process has gone).
 
-The framing, shared with :class:`triton_nb.server.grpc.RelayLink`: every frame is a header
+The framing, shared with :class:`triton_nb.server.grpc_link.RelayLink`: every frame is a header
 ``<IIB`` (payload length, call id, kind) followed by the payload.
 """
 

@@ -16,6 +16,11 @@ parameters (``priority``, ``timeout`` in microseconds; the rest reach the model)
 bodies compressed with ``Content-Encoding: gzip`` or ``deflate``; responses are compressed when
 the client sends ``Accept-Encoding`` (tritonclient's ``response_compression_algorithm``).
 
+The system shared-memory extension (``/v2/systemsharedmemory[/region/<name>]/{status,register,
+unregister}``; inputs and requested outputs with ``shared_memory_region``/``_offset``/``_byte_size``
+parameters) is served from the server's registry (:mod:`triton_nb.server.shared_memory`), shared
+with the gRPC front end; ``/v2/cudasharedmemory/...`` answers as a Triton without a GPU.
+
 Connections are served by :class:`GuardedHttpProtocol`, uvicorn's httptools protocol with the
 read limits uvicorn lacks (slow and idle clients; see its docstring).
 """
@@ -54,6 +59,7 @@ from triton_nb.server.protocol import (
     classify,
     server_metadata,
 )
+from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
 from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
@@ -68,6 +74,7 @@ _JSON = [(b"content-type", b"application/json")]
 _NO_BODY: list[tuple[bytes, bytes]] = []
 # Request parameters the server itself acts on (Triton's reserved names); others reach the model.
 _SERVER_PARAMETERS = ("priority", "timeout", "binary_data_output")
+_NO_SHM_OUTPUTS: dict[str, Any] = {}  # never written to: the outputs of a request without shared memory
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -124,6 +131,7 @@ class HttpApp:
         self._server = server
         self._limits = limits
         self._log_settings = log_settings
+        self._shared_memory = registry_of(server)
         # group -> (header as uvicorn gives it: lower-case bytes, expected value as bytes)
         self._restricted = {group: (key.encode("latin-1"), value.encode("latin-1"))
                             for group, (key, value) in (restricted or {}).items()}
@@ -176,6 +184,8 @@ class HttpApp:
             return await self._models_route(method, rest[1:], scope, receive)
         if head == "repository":
             return await self._repository_route(method, rest[1:], scope, receive)
+        if head in ("systemsharedmemory", "cudasharedmemory"):
+            return await self._shared_memory_route(head, method, rest[1:], scope, receive)
         if head == "logging" and len(rest) == 1:
             if method == "GET":
                 return _json(self._log_settings.to_json())
@@ -254,6 +264,43 @@ class HttpApp:
             return _Reply(200, b"", _JSON)
         raise NotFoundError("Not Found")
 
+    async def _shared_memory_route(self, kind: str, method: str, rest: list[str], scope: dict[str, Any],
+                                   receive: Receive) -> _Reply:
+        """``/v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister}``, as Triton."""
+        if len(rest) == 1:
+            name, action = "", rest[0]
+        elif len(rest) == 3 and rest[0] == "region":
+            name, action = rest[1], rest[2]
+        else:
+            raise NotFoundError("Not Found")
+        if action not in ("status", "register", "unregister"):
+            raise NotFoundError("Not Found")
+        self._allow(method, "GET" if action == "status" else "POST")
+        registry = self._shared_memory
+        cuda = kind == "cudasharedmemory"
+        if action == "status":
+            return _json(registry.cuda_status(name) if cuda else registry.status(name))
+        if action == "unregister":
+            registry.cuda_unregister(name) if cuda else registry.unregister(name)
+            return _Reply(200, b"", _JSON)
+        if cuda:
+            registry.cuda_register(name)  # refuses: no GPU
+        if not name:
+            raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
+        body = await self._body(scope, receive)
+        document = self._parse_json(body, "shared memory register request")
+        if not isinstance(document, dict):
+            raise InvalidArgumentError(f"shared memory region '{name}': the register request must be a JSON object")
+        if "key" not in document:
+            raise InvalidArgumentError("Shared memory register request has no 'key' field")
+        if "byte_size" not in document:
+            raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
+        key = document["key"]
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"shared memory region '{name}': 'key' must be a string, got {key!r}")
+        registry.register(name, key, document["byte_size"], document.get("offset", 0))
+        return _Reply(200, b"", _JSON)
+
     # ------------------------------------------------------------------ bodies
     async def _body(self, scope: dict[str, Any], receive: Receive) -> bytes:
         limit = self._limits.max_request_bytes
@@ -320,17 +367,28 @@ class HttpApp:
         else:
             document = self._parse_json(body, "inference request")
             binary = memoryview(b"")
-        request, binary_outputs, classes = self._decode(model, version, document, binary)
-        future = self._server.infer_async(request)
-        response: InferResponse = await asyncio.wrap_future(future)
-        reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes)
+        leases: list[SharedMemoryLease] = []  # filled only by a request that uses shared memory
+        try:
+            request, binary_outputs, classes = self._decode(model, version, document, binary, leases)
+            future = self._server.infer_async(request)
+            response: InferResponse = await asyncio.wrap_future(future)
+            reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes,
+                                 leases[0] if leases else None)
+        finally:
+            for lease in leases:  # the regions stay mapped until the outputs are written
+                lease.release()
         accept = headers.get(b"accept-encoding")
         if accept and reply.body:
             reply = _compress(reply, accept)
         return reply
 
-    def _decode(self, model: str, version: int, document: Any, binary: memoryview
-                ) -> tuple[InferRequest, tuple[bool, dict[str, bool]], dict[str, int]]:
+    def _lease(self, leases: list[SharedMemoryLease]) -> SharedMemoryLease:
+        if not leases:
+            leases.append(self._shared_memory.lease())
+        return leases[0]
+
+    def _decode(self, model: str, version: int, document: Any, binary: memoryview,
+                leases: list[SharedMemoryLease]) -> tuple[InferRequest, tuple[bool, dict[str, bool]], dict[str, int]]:
         if not isinstance(document, dict):
             raise InvalidArgumentError(f"model '{model}': the inference request must be a JSON object")
         inputs = document.get("inputs")
@@ -347,6 +405,17 @@ class HttpApp:
             shape = check_shape(model, name, entry.get("shape"), self._limits)
             datatype = entry.get("datatype")
             parameters = entry.get("parameters") or {}
+            if isinstance(parameters, dict) and "shared_memory_region" in parameters:
+                if "data" in entry or "binary_data_size" in parameters:
+                    raise InvalidArgumentError(
+                        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+                        "'parameters', 'shared_memory_region' in 'parameters'. But set"
+                        + (" 'data'" if "data" in entry else "")
+                        + (" 'binary_data_size'" if "binary_data_size" in parameters else "")
+                        + " 'shared_memory_region'")
+                arrays[name] = self._lease(leases).read_input(model, name, datatype, shape,
+                                                              _tensor_region(parameters))
+                continue
             size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
             if size is not None:
                 if isinstance(size, bool) or not isinstance(size, int) or size < 0 or offset + size > len(binary):
@@ -383,6 +452,13 @@ class HttpApp:
                 options = entry.get("parameters") or {}
                 if not isinstance(options, dict):
                     raise InvalidArgumentError(f"model '{model}': output '{name}' parameters must be an object")
+                if "shared_memory_region" in options:
+                    if options.get("classification") is not None:
+                        raise InvalidArgumentError("Output can't set both 'shared_memory_region' and 'classification'")
+                    if options.get("binary_data") is True:
+                        raise InvalidArgumentError("Output can't set both 'shared_memory_region' and 'binary_data'")
+                    self._lease(leases).bind_output(name, _tensor_region(options))
+                    continue
                 binary_outputs[name] = options.get("binary_data", binary_default) is True
                 if options.get("classification") is not None:
                     classes[name] = options["classification"]
@@ -398,12 +474,19 @@ class HttpApp:
         return request, (binary_default, binary_outputs), classes
 
     def _encode(self, model: str, batching: bool, response: InferResponse, binary_outputs: tuple[bool, dict[str, bool]],
-                classes: dict[str, int]) -> _Reply:
+                classes: dict[str, int], lease: SharedMemoryLease | None = None) -> _Reply:
         binary_default, per_output = binary_outputs
         outputs = []
         buffers = []
         non_finite = False
+        in_shared_memory = lease.outputs if lease is not None else _NO_SHM_OUTPUTS
         for name, array in response.outputs.items():
+            if name in in_shared_memory:
+                # written into its region; the response carries its metadata only, as Triton's
+                lease.write_output(name, array)  # type: ignore[union-attr]
+                outputs.append({"name": name, "datatype": numpy_to_triton_dtype(array.dtype),
+                                "shape": list(array.shape)})
+                continue
             if name in classes:
                 array = classify(model, name, array, classes[name], batching,
                                  self._server.output_labels(model, name, response.model_version))
@@ -452,6 +535,22 @@ def _api_group(parts: list[str]) -> str | None:
                 "stats": "statistics"}.get(action)
     return {"health": "health", "repository": "model-repository", "logging": "logging", "trace": "trace",
             "systemsharedmemory": "shared-memory", "cudasharedmemory": "shared-memory"}.get(head)
+
+
+def _tensor_region(parameters: dict[str, Any]) -> TensorRegion:
+    """A tensor's ``shared_memory_*`` parameters; a missing offset is 0 and a missing size 0 (which
+    the region then refuses), as Triton reads them."""
+    region = parameters["shared_memory_region"]
+    if not isinstance(region, str):
+        raise InvalidArgumentError(f"Unable to parse 'shared_memory_region': expected a string, got {region!r}")
+    numbers = []
+    for key in SHM_PARAMETERS[1:]:
+        value = parameters.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"Unable to parse '{key}': expected a whole number >= 0, got {value!r} "
+                                       f"(region '{region}')")
+        numbers.append(value)
+    return TensorRegion(region, numbers[0], numbers[1])
 
 
 def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:

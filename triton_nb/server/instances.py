@@ -17,12 +17,14 @@ package's hierarchy pass unchanged. A version is read and changed only through
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.backends.base import Backend, ModelContext, ServerHandle
+from triton_nb.backends.registry import backend_factory
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
 from triton_nb.server.batcher import Scheduler
 from triton_nb.server.checks import CheckedVersion, _filter_outputs
@@ -31,7 +33,7 @@ from triton_nb.server.stats import ModelStats
 from triton_nb.server.types import InferRequest, InferResponse
 from triton_nb.server.warmup import warm_up_instance
 
-__all__ = ["ServedVersion", "add_instance", "create_backend", "set_instance_count"]
+__all__ = ["InstanceOptions", "ServedVersion", "add_instance", "create_backend", "set_instance_count"]
 
 
 class ServedVersion(CheckedVersion, Protocol):
@@ -48,28 +50,28 @@ class ServedVersion(CheckedVersion, Protocol):
         """True when the model batches (``max_batch_size`` > 0)."""
 
 
-def create_backend(context: ModelContext) -> Backend:
-    """The backend object for one instance, by ``backend`` in the config."""
-    backend = context.config.backend
-    if backend == "fil":
-        from triton_nb.backends.fil import FilBackend
+@dataclass(frozen=True)
+class InstanceOptions:
+    """The server's settings for creating instances: where Python-based backends are looked up,
+    and whether Python models run as threads or as processes (``"thread"`` or ``"process"``)."""
 
-        return FilBackend(context)
-    if backend == "python":
-        from triton_nb.backends.python import PythonBackend
+    backend_directory: Path | None = None
+    python_instances: str = "thread"
 
-        return PythonBackend(context)
-    if backend == "onnxruntime":
-        from triton_nb.backends.onnxruntime import OnnxRuntimeBackend
 
-        return OnnxRuntimeBackend(context)
-    raise InvalidArgumentError(
-        f"model '{context.name}': backend '{backend}' is not supported (fil, python, onnxruntime, ensemble)"
-    )
+def create_backend(context: ModelContext, backend_directory: Path | None = None) -> Backend:
+    """The backend object for one instance, by ``backend`` in the config (resolved as
+    :mod:`triton_nb.backends.registry` says: registered, entry point, backend directory, built-in)."""
+    factory = backend_factory(context.config.backend, model=context.name, backend_directory=backend_directory)
+    backend = factory(context)
+    if not isinstance(backend, Backend):
+        raise InvalidArgumentError(f"model '{context.name}': backend '{context.config.backend}' gave a "
+                                   f"{type(backend).__name__}, not a triton_nb.backends.base.Backend")
+    return backend
 
 
 def add_instance(version: ServedVersion, group: mc.ModelInstanceGroup, source: Path, *, repository: Path,
-                 server: ServerHandle | None) -> None:
+                 server: ServerHandle | None, options: InstanceOptions = InstanceOptions()) -> None:
     """Load one more instance of ``version`` (from the model folder ``source``) and start serving
     with it; ``server`` is what the instance may call back (BLS)."""
     index = version.next_instance
@@ -86,9 +88,10 @@ def add_instance(version: ServedVersion, group: mc.ModelInstanceGroup, source: P
         instance_kind=kind,
         device_id=int(group.gpus[0]) if group.gpus else 0,
         server=server,
+        python_instances=options.python_instances,
     )
     try:
-        backend = create_backend(context)
+        backend = create_backend(context, options.backend_directory)
     except TritonNBError:
         raise
     except Exception as exc:  # a backend's own failure: the model's load error, named
@@ -110,7 +113,8 @@ def _resources(group: mc.ModelInstanceGroup) -> list[Resource]:
     return [Resource(r.name, int(r.count), bool(getattr(r, "global"))) for r in group.rate_limiter.resources]
 
 
-def set_instance_count(version: ServedVersion, count: int, *, repository: Path, server: ServerHandle | None) -> None:
+def set_instance_count(version: ServedVersion, count: int, *, repository: Path, server: ServerHandle | None,
+                       options: InstanceOptions = InstanceOptions()) -> None:
     """Grow or shrink a serving version's first instance group to ``count`` instances, live:
     new instances load beside the serving ones; retired ones finish their batch, then finalize."""
     if count < 1:
@@ -119,7 +123,7 @@ def set_instance_count(version: ServedVersion, count: int, *, repository: Path, 
     group = version.config.instance_group[0]
     source = version.version_path.parent
     for _ in range(count - current):
-        add_instance(version, group, source, repository=repository, server=server)
+        add_instance(version, group, source, repository=repository, server=server, options=options)
     if count < current:
         for backend in version.scheduler.retire_instances(current - count):
             backend.finalize()

@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from triton_nb.backends.base import ServerHandle
+from triton_nb.backends.registry import BACKEND_MODEL_FILENAME, resolve_backend
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.repository.config import (
     CONFIG_FILENAME,
@@ -46,7 +47,7 @@ from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_reposit
 from triton_nb.server.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.checks import _TensorSpec
 from triton_nb.server.ensemble import EnsembleScheduler, Submit
-from triton_nb.server.instances import _run_batch, add_instance
+from triton_nb.server.instances import InstanceOptions, _run_batch, add_instance
 from triton_nb.server.rate_limiter import RateLimiter
 from triton_nb.server.sequence import SequenceScheduler
 from triton_nb.server.stats import ModelStats, ServerStats
@@ -125,8 +126,11 @@ class ModelManager:
     """
 
     def __init__(self, repository: Path, stats: ServerStats, *, server: ServerHandle, infer_step: Submit,
-                 exit_timeout_secs: float, rate_limiter: RateLimiter | None = None) -> None:
+                 exit_timeout_secs: float, rate_limiter: RateLimiter | None = None,
+                 instance_options: InstanceOptions | None = None) -> None:
         self.repository = repository
+        self.instance_options = instance_options or InstanceOptions()
+        self.backend_directory = self.instance_options.backend_directory
         self.rate_limiter = rate_limiter
         self.stats = stats
         self._server = server
@@ -281,6 +285,10 @@ class ModelManager:
             model.versions = {v.version: v for v in loaded}
             model.states = {v.version: (ModelState.READY, "") for v in loaded}
             model.fingerprints = self._fingerprints(source, loaded)
+            for version in loaded:  # a reloaded version's statistics start from zero, as in Triton
+                self.stats.install(version.stats)
+            for number in old.keys() - model.versions.keys():  # versions the reload dropped
+                self.stats.remove(name, number)
         for version in old.values():
             self._retire_version(version, drain=True, wait=False)
 
@@ -353,6 +361,14 @@ class ModelManager:
         problems = [p for p in checked if p.severity == "error"]
         if problems:
             raise InvalidArgumentError("; ".join(str(p) for p in problems))
+        if not is_ensemble(effective):
+            # found now, or the load fails naming what was searched; found, the config check's
+            # "not built in" warning (all validate can say without a server) has nothing to add
+            found = resolve_backend(effective.backend, model=name, backend_directory=self.backend_directory)
+            if found.source != "built-in":
+                checked = [p for p in checked if p.field != "backend"]
+            if found.folder is not None and not effective.runtime:
+                effective.runtime = BACKEND_MODEL_FILENAME  # what Triton reports for a Python-based backend
         warnings = [f"{p.field}: {p.message}" for p in checked if p.severity == "warning"]
         if warnings != self.config_warnings.get(name, []):  # once per load that changes them, not per poll
             for warning in warnings:
@@ -411,7 +427,9 @@ class ModelManager:
         return model is not None and bool(model.versions)
 
     def _load_version(self, name: str, number: int, config: ModelConfig, source: Path) -> _Version:
-        stats = self.stats.model(name, number)
+        serving = number in self._model_record(name).versions
+        # a reload counts apart until it is swapped in: its warm-up must not add to the serving counts
+        stats = self.stats.fresh(name, number) if serving else self.stats.model(name, number)
         version = _Version(name, number, config, source / str(number), stats, rate_limiter=self.rate_limiter)
         if is_ensemble(config):
             version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
@@ -420,14 +438,15 @@ class ModelManager:
         def run(backend: object, requests: list) -> list:
             return _run_batch(version, backend, requests)
 
-        if config.HasField("sequence_batching"):  # the direct strategy (oldest is refused at load)
-            version.scheduler = SequenceScheduler(name, number, config, run, stats=stats)
+        if config.HasField("sequence_batching"):
+            version.scheduler = SequenceScheduler(name, number, config, run, model_path=source, stats=stats)
         else:
             version.scheduler = Scheduler(name, number, SchedulerSettings.from_config(config), run, stats=stats)
         try:
             for group in config.instance_group:
                 for _ in range(group.count):
-                    add_instance(version, group, source, repository=self.repository, server=self._server)
+                    add_instance(version, group, source, repository=self.repository, server=self._server,
+                                 options=self.instance_options)
         except BaseException:
             self._retire_version(version, drain=False, wait=True)
             raise

@@ -186,7 +186,8 @@ class NetworkFrontends:
 
     def _start_grpc_relay(self) -> None:
         """gRPC is terminated in a relay process (see :mod:`triton_nb.server.grpc_relay` for why)."""
-        from triton_nb.server.grpc import GrpcRelay, GrpcServicer
+        from triton_nb.server.grpc import GrpcServicer
+        from triton_nb.server.grpc_link import GrpcRelay
 
         options = self.options
         if not _is_loopback(options.grpc_address):

@@ -48,6 +48,8 @@ SERVER_EXTENSIONS = (
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",  # listed as Triton lists it; without a GPU no region can be registered
     "binary_tensor_data",
     "parameters",
     "statistics",

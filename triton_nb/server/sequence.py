@@ -1,20 +1,27 @@
-"""Triton's sequence batcher, direct strategy: stateful models, one sequence per batch slot.
+"""Triton's sequence batcher: stateful models, the direct and the oldest strategies, implicit state.
 
-A model with ``sequence_batching`` (and no ``oldest``) is scheduled the way Triton's
-``DirectSequenceBatch`` schedules it (core ``src/sequence_batch_scheduler``):
+A model with ``sequence_batching`` is scheduled the way Triton's ``DirectSequenceBatch`` and
+``OldestSequenceBatch`` schedule it (core ``src/sequence_batch_scheduler``):
 
-* each instance has ``max(1, max_batch_size)`` sequence slots; a request that starts a
-  sequence (``sequence_start``) takes the free slot with the lowest index, or waits in a backlog
-  (the whole sequence, in order) until a slot is released; every later request of that sequence
-  id goes to the same slot, so to the same instance, in order;
-* a batch for an instance holds at most one request per slot: slot ``i`` of the batch is request
-  ``i`` handed to the model, slots below the highest busy one that have nothing queued are filled
-  with *null requests* — copies of a real request's inputs (zeros here; Triton leaves the memory
-  uninitialised) with READY false and CORRID 0 — so that a model keeping state by batch slot
-  sees every sequence at the same position; their responses are dropped;
-* ``direct.max_queue_delay_microseconds`` together with ``direct.minimum_slot_utilization``: a
-  batch waits until that share of the slots is busy or the oldest request has waited that long
+* each instance has sequence slots — ``max(1, max_batch_size)`` of them, or with the oldest
+  strategy ``oldest.max_candidate_sequences`` when set; a request that starts a sequence
+  (``sequence_start``) takes the free slot with the lowest index (over all instances), or waits
+  in a backlog (the whole sequence, in order) until a slot is released; every later request of
+  that sequence id goes to the same slot, so to the same instance, in order;
+* **direct**: a batch for an instance holds at most one request per slot: slot ``i`` of the
+  batch is request ``i`` handed to the model, slots below the highest busy one that have nothing
+  queued are filled with *null requests* — copies of a real request's inputs (zeros here; Triton
+  leaves the memory uninitialised) with READY false and CORRID 0 — so that a model keeping state
+  by batch slot sees every sequence at the same position; their responses are dropped.
+  ``direct.max_queue_delay_microseconds`` with ``direct.minimum_slot_utilization``: a batch
+  waits until that share of the slots is busy or the oldest request has waited that long
   (Triton waits only when both are non-zero, and so does this);
+* **oldest**: the instance's candidate sequences feed a dynamic batcher: a batch takes the
+  oldest next request of each sequence (never two of one sequence), up to ``max_batch_size``; it
+  leaves at once on reaching one of ``oldest.preferred_batch_size`` (or ``max_batch_size``),
+  else when its oldest request has waited ``oldest.max_queue_delay_microseconds``;
+  ``oldest.preserve_ordering`` answers in the order the batches left. No null requests: every
+  request in the batch is READY, and the model tells sequences apart by CORRID;
 * the request with ``sequence_end`` releases its slot once it is in a batch; a sequence without a
   request for ``max_sequence_idle_microseconds`` (default 1 s) is released too, and its next
   request, lacking the START flag, fails as one that never started.
@@ -24,14 +31,23 @@ them: shape ``[1]`` per request, ``[1, 1]`` with the batch dim when the model ba
 END and READY carry the configured false/true values (``int32_false_true``, ``fp32_false_true``,
 ``bool_false_true``), CORRID the sequence id in its ``data_type``.
 
+Implicit state (``sequence_batching.state``, :mod:`triton_nb.repository.sequence_state`): each
+slot keeps the state of the sequence it holds. A request gets it as the input ``input_name`` —
+the initial state on START — and the model's output ``output_name`` becomes the state the
+sequence's next request gets; the client sees that output only when the config lists it as an
+output. Null requests get the initial state and leave the slot's state alone. (Real Triton
+carries state only for backends that call ``TRITONBACKEND_StateUpdate`` — onnxruntime,
+tensorrt, pytorch; its Python backend hands the model the state input but never updates it, so
+every request sees the initial state. triton_nb carries it for Python models, and says so at load.)
+
 Sequence ids and flags come from ``InferRequest.parameters`` — ``sequence_id`` (a non-zero int or
 a non-empty str), ``sequence_start``, ``sequence_end`` — which the in-process client, HTTP and
 gRPC (also streaming) fill from their request parameters, as Triton's front ends do.
 
-Not here: the oldest strategy, implicit state and iterative sequences (refused at load), request
-timeouts in the backlog, and fewer instances while serving. Counting follows
-:class:`~triton_nb.server.batcher.Scheduler`, which this class extends: it runs the batches,
-answers and counts them; only queueing and batch forming differ.
+Not here: iterative sequences (refused at load), request timeouts in the backlog, and fewer
+instances while serving. Counting follows :class:`~triton_nb.server.batcher.Scheduler`, which
+this class extends: it runs the batches, answers and counts them; only queueing and batch
+forming differ.
 """
 
 from __future__ import annotations
@@ -44,13 +60,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_nb.errors import InvalidArgumentError, UnavailableError
+from triton_nb.errors import InternalError, InvalidArgumentError, UnavailableError
 from triton_nb.repository.config import ModelConfig
+from triton_nb.repository.sequence_state import StateSpec, state_specs
 from triton_nb.server.batcher import BatchRunner, Scheduler, SchedulerSettings, _Pending, _Worker
 from triton_nb.server.stats import ModelStats
 from triton_nb.server.types import InferRequest, InferResponse
@@ -145,6 +163,7 @@ class _Slot:
     index: int
     order: int  # breaks ties between instances' slots of the same index: the older instance first
     queue: deque[_SequencePending | None] = field(default_factory=deque)
+    state: dict[str, np.ndarray] | None = None  # implicit state of the sequence it holds (None: initial)
 
 
 @dataclass(eq=False)
@@ -177,21 +196,38 @@ class SequenceScheduler(Scheduler):
         config: ModelConfig,
         run_batch: BatchRunner,
         *,
+        model_path: str | Path | None = None,
         stats: ModelStats | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         """``run_batch`` runs a list of requests on an instance, as for the dynamic batcher; this
-        scheduler adds the control tensors and null requests around it."""
-        super().__init__(model_name, version, SchedulerSettings(max_batch_size=config.max_batch_size),
-                         self._run_slots, stats=stats, clock_ns=clock_ns)
+        scheduler adds the control tensors, states and null requests around it. ``model_path``:
+        the model's folder, where ``initial_state`` data files are read."""
         batching = config.sequence_batching
+        self.oldest = batching.HasField("oldest")
+        super().__init__(model_name, version, SchedulerSettings(
+            max_batch_size=config.max_batch_size, preserve_ordering=self.oldest and batching.oldest.preserve_ordering),
+            self._run_slots, stats=stats, clock_ns=clock_ns)
         self.controls = SequenceControls.from_config(config)
+        self.states: tuple[StateSpec, ...] = state_specs(config, model_path or ".")
+        if self.states and config.model_transaction_policy.decoupled:
+            raise InvalidArgumentError(f"model '{model_name}': implicit state (sequence_batching.state) needs the "
+                                       "model's response from execute; a decoupled model sends it later")
+        self._config_outputs = {t.name for t in config.output}
         self._run_requests = run_batch
-        self._slot_count = max(1, config.max_batch_size)
+        self._batch_limit = max(1, config.max_batch_size)
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_MAX_SEQUENCE_IDLE_MICROSECONDS
         self._idle_ns = idle_us * 1000
-        self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
-        self._utilization = batching.direct.minimum_slot_utilization
+        if self.oldest:
+            self._slot_count = batching.oldest.max_candidate_sequences or self._batch_limit
+            self._delay_ns = batching.oldest.max_queue_delay_microseconds * 1000
+            self._targets = tuple(sorted(batching.oldest.preferred_batch_size)) or (self._batch_limit,)
+            self._utilization = 0.0
+        else:
+            self._slot_count = self._batch_limit
+            self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
+            self._targets = ()
+            self._utilization = batching.direct.minimum_slot_utilization
         self._slots: dict[_Worker, list[_Slot]] = {}
         self._free: list[tuple[int, int, _Slot]] = []  # heap: the lowest slot index first, as Triton
         self._active: dict[int | str, _Slot] = {}  # sequence id -> its slot, until its END is queued
@@ -327,8 +363,8 @@ class SequenceScheduler(Scheduler):
 
     # ------------------------------------------------------------------ forming batches
     def _next_batch(self, worker: _Worker) -> list[_Pending] | None:
-        """This worker's next batch: the front request of each of its busy slots (see the module
-        docstring); None when it should exit. Each worker forms its own: slots belong to one."""
+        """This worker's next batch from its own slots (see the module docstring); None when it
+        should exit. Each worker forms its own: slots belong to one."""
         with self._cond:
             while True:
                 if self._exit_due(worker):
@@ -342,34 +378,64 @@ class SequenceScheduler(Scheduler):
                 if not busy:
                     self._cond.wait(timeout=0.5)
                     continue
-                if self._delay_ns and self._utilization and not self._stopping:
-                    now = self._clock_ns()
-                    waited = now - min(slot.queue[0].request.arrival_ns for slot in busy)
-                    if waited <= self._delay_ns and len(busy) / self._slot_count < self._utilization:
-                        self._cond.wait(timeout=max(self._delay_ns - waited, 1000) / 1e9)
-                        continue
-                layout: list[_SequencePending | None] = []
-                for slot in slots[:busy[-1].index + 1]:
+                chosen = self._oldest_first(busy) if self.oldest else self._by_slot(slots, busy)
+                if chosen is None:
+                    continue  # waited for more requests: look again
+                layout = []
+                for slot in chosen:
                     pending = slot.queue.popleft() if slot.queue else None
-                    layout.append(pending)
+                    layout.append((slot, pending))
                     if pending is not None and pending.end:
                         self._release(slot)
                 self._local.layout = layout
-                return [p for p in layout if p is not None]
+                return [p for _, p in layout if p is not None]
+
+    def _by_slot(self, slots: list[_Slot], busy: list[_Slot]) -> list[_Slot] | None:
+        """Direct: every slot up to the highest busy one, in slot order (None: waited, under ``_cond``)."""
+        if self._delay_ns and self._utilization and not self._stopping:
+            now = self._clock_ns()
+            waited = now - min(slot.queue[0].request.arrival_ns for slot in busy)
+            if waited <= self._delay_ns and len(busy) / self._slot_count < self._utilization:
+                self._cond.wait(timeout=max(self._delay_ns - waited, 1000) / 1e9)
+                return None
+        return slots[:busy[-1].index + 1]
+
+    def _oldest_first(self, busy: list[_Slot]) -> list[_Slot] | None:
+        """Oldest: the busy slots whose next request is oldest, as many as a batch takes, once a
+        preferred size is reached or the oldest has waited its delay (None: waited, under ``_cond``)."""
+        busy.sort(key=lambda slot: slot.queue[0].request.arrival_ns)
+        count = min(len(busy), self._batch_limit)
+        reached = max((t for t in self._targets if t <= count), default=0)
+        if reached:
+            return busy[:reached]
+        if self._delay_ns and not self._stopping and count < self._batch_limit:
+            waited = self._clock_ns() - busy[0].queue[0].request.arrival_ns
+            if waited < self._delay_ns:
+                self._cond.wait(timeout=max(self._delay_ns - waited, 1000) / 1e9)
+                return None
+        return busy[:count]
 
     def _run_slots(self, instance: object, requests: list[InferRequest]) -> list[InferResponse] | None:
-        """Run one batch in slot order, with control tensors, null requests in the idle slots
-        (and in place of a request whose caller gave up), and the null requests' responses dropped."""
-        layout: list[_SequencePending | None] = self._local.layout
+        """Run one batch in its layout's order, with control tensors and states, null requests in
+        the idle slots (and in place of a request whose caller gave up), and the null requests'
+        responses dropped; the model's output states become the slots' states."""
+        layout: list[tuple[_Slot, _SequencePending | None]] = self._local.layout
         live = {id(r) for r in requests}
         template = requests[0]
         batch: list[InferRequest] = []
-        real: list[int] = []
-        for pending in layout:
+        real: list[tuple[int, _Slot, InferRequest]] = []
+        for slot, pending in layout:
             if pending is not None and id(pending.request) in live:
-                controls = self.controls.tensors(pending.corrid, pending.start, pending.end, True)
-                real.append(len(batch))
-                batch.append(replace(pending.request, inputs={**pending.request.inputs, **controls}))
+                request = pending.request
+                inputs = {**request.inputs, **self.controls.tensors(pending.corrid, pending.start, pending.end, True)}
+                requested = request.requested_outputs
+                if self.states:
+                    if pending.start:
+                        slot.state = None
+                    inputs.update(self._state_inputs(slot))
+                    requested = None  # the state outputs are needed even when not asked for: filtered after
+                real.append((len(batch), slot, request))
+                batch.append(replace(request, inputs=inputs, requested_outputs=requested))
             else:
                 batch.append(self._null_request(template))
         if len(batch) > len(requests) and self._stats is not None:
@@ -380,12 +446,46 @@ class SequenceScheduler(Scheduler):
             return None
         if len(responses) != len(batch):
             return responses  # the base scheduler reports the mismatch
-        return [responses[i] for i in real]
+        if self.states:
+            for i, slot, request in real:
+                self._keep_state(slot, request, responses[i])
+        return [responses[i] for i, _, _ in real]
+
+    def _state_inputs(self, slot: _Slot) -> dict[str, np.ndarray]:
+        if slot.state is None:
+            return {spec.input_name: spec.initial for spec in self.states}
+        return slot.state
+
+    def _keep_state(self, slot: _Slot, request: InferRequest, response: InferResponse) -> None:
+        """The response's output states become the slot's state (a state output the model did
+        not give keeps the state it had, as in Triton when a backend does not update it). The
+        client gets the outputs it asked for — a state output only if the config lists it — as
+        the runner's output filter would have given them."""
+        if response.error is not None:
+            return
+        state = dict(self._state_inputs(slot))
+        for spec in self.states:
+            value = response.outputs.get(spec.output_name)
+            if value is not None:
+                state[spec.input_name] = value
+        slot.state = state
+        requested = request.requested_outputs
+        if requested is None:
+            for spec in self.states:
+                if spec.output_name not in self._config_outputs:
+                    response.outputs.pop(spec.output_name, None)
+            return
+        missing = [o for o in requested if o not in response.outputs]
+        if missing:
+            response.error = InternalError(f"model '{self.model_name}' did not produce output(s) {', '.join(missing)}")
+            return
+        response.outputs = {o: response.outputs[o] for o in requested}
 
     def _null_request(self, template: InferRequest) -> InferRequest:
         inputs = {name: (np.full(array.shape, b"", dtype=object) if array.dtype == object else np.zeros_like(array))
                   for name, array in template.inputs.items()}
         inputs.update(self.controls.tensors(0, False, False, False))
+        inputs.update({spec.input_name: spec.initial for spec in self.states})
         sender = None if template.response_sender is None else (lambda _response, _final: None)
         return InferRequest(model_name=template.model_name, inputs=inputs, model_version=template.model_version,
                             requested_outputs=template.requested_outputs, response_sender=sender)

@@ -47,6 +47,15 @@ name, as prometheus-cpp writes them. The registry is still a ``prometheus_client
 Unloading: Triton drops a model version's statistics and its metric series when the version
 unloads (the series disappear from ``/metrics``; a reload starts again from zero). The server
 calls :meth:`ServerStats.remove` at unload to do the same.
+
+Beyond the counters (see :mod:`triton_nb.server.metrics`): ``--metrics-config`` (the
+``metrics_config`` argument) turns Triton's latency counters off (``counter_latencies=false``) and
+its summaries (``summary_latencies=true``: ``nv_inference_{request,queue,compute_input,
+compute_infer,compute_output}_summary_us``, and ``nv_cache_{hit,miss}_summary_per_model`` for
+versions with the cache, which show no request summary, as in Triton) or the first-response
+histogram (``histogram_latencies=true``) on. Their observations are taken where the counters are
+added, under the same lock; nothing is recorded per request when both are off. ``cpu_metrics``
+adds Triton's ``nv_cpu_*`` gauges and ``custom_metrics`` the Python models' ``pb_utils`` metrics.
 """
 
 from __future__ import annotations
@@ -54,14 +63,26 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry, Metric
 from prometheus_client.registry import Collector
 
-from triton_nb.errors import InvalidArgumentError
+from triton_nb.errors import InvalidArgumentError, TritonNBError
+from triton_nb.server.metrics import (
+    CUSTOM_METRICS,
+    DEFAULT_FIRST_RESPONSE_BUCKETS_MS,
+    FIRST_RESPONSE_HISTOGRAM,
+    CpuMetricsCollector,
+    CustomMetricsCollector,
+    Histogram,
+    MetricsConfig,
+    SlidingQuantiles,
+    parse_metrics_config,
+    summary_samples,
+)
 
 __all__ = [
     "FAILURE_REASONS",
@@ -106,6 +127,76 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 _CACHE_FAMILIES = frozenset(("nv_cache_num_hits_per_model", "nv_cache_hit_duration_per_model",
                              "nv_cache_num_misses_per_model", "nv_cache_miss_duration_per_model"))
+# What --metrics-config counter_latencies=false leaves out (Triton creates these counters only with
+# latency counters on: the cache ones are inside the same block of MetricModelReporter).
+_LATENCY_COUNTERS = frozenset(("nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+                               "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+                               "nv_inference_compute_output_duration_us")) | _CACHE_FAMILIES
+
+# --metrics-config summary_latencies=true (Triton core src/metrics.cc): key, family name and help.
+# "request" is left out for versions that use the response cache and the cache ones are only for
+# them, as Triton does (its FIXME DLIS-4762).
+_SUMMARIES: tuple[tuple[str, str, str], ...] = (
+    ("request", "nv_inference_request_summary_us",
+     "Summary of inference request duration in microseconds (includes cached requests)"),
+    ("queue", "nv_inference_queue_summary_us",
+     "Summary of inference queuing duration in microseconds (includes cached requests)"),
+    ("compute_input", "nv_inference_compute_input_summary_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("compute_infer", "nv_inference_compute_infer_summary_us",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("compute_output", "nv_inference_compute_output_summary_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+    ("cache_hit", "nv_cache_hit_summary_per_model",
+     "Summary of cache hit counts/durations per model, in microseconds."),
+    ("cache_miss", "nv_cache_miss_summary_per_model",
+     "Summary of cache miss counts/durations per model, in microseconds."),
+)
+_FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"
+
+#: Every family name the server exports itself (a custom metric may not take one).
+BUILTIN_FAMILIES = frozenset(
+    [name for name, _, _ in _FAMILIES] + [name for _, name, _ in _SUMMARIES]
+    + [FIRST_RESPONSE_HISTOGRAM, "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
+       "nv_cache_num_entries", "nv_cache_num_lookups", "nv_cache_num_hits", "nv_cache_num_misses",
+       "nv_cache_num_evictions", "nv_cache_util", "nv_cache_lookup_duration", "nv_cache_insertion_duration"])
+CUSTOM_METRICS.reserved = BUILTIN_FAMILIES
+
+
+class _Latencies:
+    """Per-request latencies of one version, for --metrics-config summary_latencies and
+    histogram_latencies: touched only under its :class:`ModelStats`' lock, so recording costs no
+    lock of its own. Values are microseconds (summaries) and milliseconds (the histogram), truncated
+    as Triton truncates them (``ns / 1000``)."""
+
+    __slots__ = ("buckets", "first_response", "summaries")
+
+    def __init__(self, config: MetricsConfig, buckets: Callable[[], tuple[float, ...]]) -> None:
+        self.summaries = {key: SlidingQuantiles() for key, _, _ in _SUMMARIES} if config.summary_latencies else None
+        #: the first-response histogram, created at the first observation (or scrape) with the
+        #: buckets ``buckets()`` reads from the version's model_metrics; None without histograms
+        self.buckets = buckets if config.histogram_latencies else None
+        self.first_response: Histogram | None = None
+
+    def new_histogram(self) -> Histogram:
+        assert self.buckets is not None
+        try:
+            return Histogram(self.buckets())
+        except InvalidArgumentError:  # unsorted buckets are refused at load (fields.py); never fail a request
+            return Histogram(DEFAULT_FIRST_RESPONSE_BUCKETS_MS)
+
+    def observe(self, now_s: float, request_ns: int, queue_ns: int, compute_input_ns: int, compute_infer_ns: int,
+                compute_output_ns: int) -> None:
+        summaries = self.summaries
+        if summaries is not None:
+            summaries["request"].observe(request_ns // 1000, now_s)
+            summaries["queue"].observe(queue_ns // 1000, now_s)
+            summaries["compute_input"].observe(compute_input_ns // 1000, now_s)
+            summaries["compute_infer"].observe(compute_infer_ns // 1000, now_s)
+            summaries["compute_output"].observe(compute_output_ns // 1000, now_s)
+        if self.first_response is not None:
+            # the whole response for a model that answers once: Triton's first response
+            self.first_response.observe(request_ns // 1_000_000)
 
 
 @dataclass
@@ -139,10 +230,19 @@ def _ns(value: int, what: str) -> int:
 class ModelStats:
     """Cumulative statistics of one model version; thread-safe. Durations are nanoseconds."""
 
-    def __init__(self, name: str, version: int) -> None:
+    def __init__(self, name: str, version: int, metrics: MetricsConfig | None = None,
+                 first_response_buckets: Callable[[], tuple[float, ...]] | None = None) -> None:
+        """``metrics``: the server's --metrics-config (summaries and histograms need per-request
+        observations); ``first_response_buckets``: the first-response histogram's buckets in ms
+        (the version's model_metrics; Triton's defaults when None)."""
         self.name = name
         self.version = int(version)
         self._lock = threading.Lock()
+        self.metrics = metrics if metrics is not None else MetricsConfig()
+        self._latency: _Latencies | None = None
+        if self.metrics.records_latencies:
+            self._latency = _Latencies(self.metrics,
+                                       first_response_buckets or (lambda: DEFAULT_FIRST_RESPONSE_BUCKETS_MS))
         self._last_inference_ms = 0
         self._inference_count = 0
         self._execution_count = 0
@@ -196,7 +296,14 @@ class ModelStats:
             compute_output_ns = _ns(compute_output_ns, "compute_output_ns")
             if int(batch_size) < 0:
                 raise InvalidArgumentError(f"batch_size must be >= 0, got {batch_size}")
+            latency = self._latency
+            histogram = None if latency is None else self._pending_histogram(latency)
             with self._lock:
+                if latency is not None:
+                    if histogram is not None and latency.first_response is None:
+                        latency.first_response = histogram
+                    latency.observe(time.monotonic(), request_ns, queue_ns, compute_input_ns, compute_infer_ns,
+                                    compute_output_ns)
                 self._inference_count += int(batch_size)
                 self._success.add(request_ns)
                 self._queue_ns += queue_ns
@@ -237,7 +344,15 @@ class ModelStats:
             rows += batch_size
             request_us += request_ns // 1000  # truncated per request, as record_request does
             queue_us += queue_ns // 1000
+        latency = self._latency
+        histogram = None if latency is None else self._pending_histogram(latency)
         with self._lock:
+            if latency is not None:
+                if histogram is not None and latency.first_response is None:
+                    latency.first_response = histogram
+                now_s = time.monotonic()
+                for request_ns, queue_ns, _ in requests:
+                    latency.observe(now_s, request_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns)
             self._inference_count += rows
             self._success.count += count
             self._success.ns += request_total
@@ -258,7 +373,18 @@ class ModelStats:
         request_ns = _ns(request_ns, "request_ns")
         queue_ns = _ns(queue_ns, "queue_ns")
         hit_ns = _ns(hit_ns, "hit_ns")
+        latency = self._latency
+        histogram = None if latency is None else self._pending_histogram(latency)
         with self._lock:
+            if latency is not None:  # Triton's UpdateSuccessCacheHit: queue and cache hit summaries
+                if histogram is not None and latency.first_response is None:
+                    latency.first_response = histogram
+                now_s = time.monotonic()
+                if latency.summaries is not None:
+                    latency.summaries["queue"].observe(queue_ns // 1000, now_s)
+                    latency.summaries["cache_hit"].observe(hit_ns // 1000, now_s)
+                if latency.first_response is not None:
+                    latency.first_response.observe(request_ns // 1_000_000)
             self._success.add(request_ns)
             self._queue_ns += queue_ns
             self._cache_hit.add(hit_ns)
@@ -272,10 +398,42 @@ class ModelStats:
         the request's time too (its success was counted by whoever ran it)."""
         miss_ns = _ns(miss_ns, "miss_ns")
         with self._lock:
+            if self._latency is not None and self._latency.summaries is not None:
+                self._latency.summaries["cache_miss"].observe(miss_ns // 1000, time.monotonic())
             self._success.ns += miss_ns
             self._cache_miss.add(miss_ns)
             self._request_us += miss_ns // 1000
             self._cache_miss_us += miss_ns // 1000
+
+    @staticmethod
+    def _pending_histogram(latency: _Latencies | None) -> Histogram | None:
+        """The first-response histogram to install, made before taking the lock: its buckets come
+        from the server's view of the model's config, which must not be read under this lock."""
+        if latency is None or latency.buckets is None or latency.first_response is not None:
+            return None
+        return latency.new_histogram()
+
+    def _latency_samples(self, cache: bool, now_s: float) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+        """Each summary and histogram family's samples for this version (full sample names and
+        labels), empty without --metrics-config summary_latencies / histogram_latencies."""
+        latency = self._latency
+        if latency is None:
+            return {}
+        labels = {"model": self.name, "version": str(self.version)}
+        histogram = self._pending_histogram(latency)  # Triton shows the series at zero from the load on
+        values: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+        with self._lock:
+            if histogram is not None and latency.first_response is None:
+                latency.first_response = histogram
+            if latency.first_response is not None:
+                values[FIRST_RESPONSE_HISTOGRAM] = latency.first_response.samples(FIRST_RESPONSE_HISTOGRAM, labels)
+            if latency.summaries is not None:
+                quantiles = [q for q, _ in self.metrics.summary_quantiles]
+                for key, name, _ in _SUMMARIES:
+                    if (key == "request" and cache) or (key.startswith("cache_") and not cache):
+                        continue
+                    values[name] = summary_samples(name, labels, latency.summaries[key], quantiles, now_s)
+        return values
 
     @property
     def cache_counted(self) -> bool:
@@ -399,16 +557,32 @@ class _TritonCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         models = self._stats._snapshot()
         series = self._stats.cache_series
-        values = [(model, model._metric_values(
-            cache=model.cache_counted or (series is not None and series(model.name, model.version))))
-            for model in models]
+        caches = [model.cache_counted or (series is not None and series(model.name, model.version)) for model in models]
+        values = [(model, model._metric_values(cache=cache)) for model, cache in zip(models, caches, strict=True)]
+        config = self._stats.metrics_config
         for name, kind, documentation in _FAMILIES:
+            if not config.counter_latencies and name in _LATENCY_COUNTERS:
+                continue
             metric = Metric(name, documentation, kind)
             for model, samples in values:
                 for extra, value in samples.get(name, ()):
                     labels = {"model": model.name, "version": str(model.version), **extra}
                     metric.add_sample(name, labels, value)
             if metric.samples or name not in _CACHE_FAMILIES:
+                yield metric
+        if not config.records_latencies:
+            return
+        now_s = time.monotonic()
+        latency = [model._latency_samples(cache, now_s) for model, cache in zip(models, caches, strict=True)]
+        families = [(FIRST_RESPONSE_HISTOGRAM, "histogram", _FIRST_RESPONSE_HELP)] if config.histogram_latencies else []
+        if config.summary_latencies:
+            families += [(name, "summary", documentation) for _, name, documentation in _SUMMARIES]
+        for name, kind, documentation in families:
+            metric = Metric(name, documentation, kind)
+            for samples in latency:
+                for sample_name, labels, value in samples.get(name, ()):
+                    metric.add_sample(sample_name, labels, value)
+            if metric.samples:  # a family without series is left out, as prometheus-cpp leaves it out
                 yield metric
 
 
@@ -448,7 +622,9 @@ def exposition(registry: CollectorRegistry) -> bytes:
         lines.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
         lines.append(f"# TYPE {name} {kind}\n")
         for sample in samples:
-            labels = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in sorted(sample.labels.items()))
+            # sorted by name, with a histogram's le and a summary's quantile last, as prometheus-cpp
+            labels = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in sorted(
+                sample.labels.items(), key=lambda item: (item[0] in ("le", "quantile"), item[0])))
             label_text = f"{{{labels}}}" if labels else ""
             lines.append(f"{sample.name}{label_text} {_format_value(sample.value)}\n")
     return "".join(lines).encode("utf-8")
@@ -457,14 +633,50 @@ def exposition(registry: CollectorRegistry) -> bytes:
 class ServerStats:
     """Statistics and metrics of every loaded model version of one server."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics_config: MetricsConfig | Iterable[str] | None = None, *, cpu_metrics: bool = False,
+                 custom_metrics: bool = False) -> None:
+        """``metrics_config``: Triton's ``--metrics-config`` settings (see
+        :func:`~triton_nb.server.metrics.parse_metrics_config`); ``cpu_metrics``: export Triton's
+        ``nv_cpu_*`` gauges; ``custom_metrics``: export the custom metrics (``pb_utils.MetricFamily``)
+        of this server's models and of the process scope (a server turns it on; a bare
+        ServerStats shows only its models' families)."""
         self._lock = threading.Lock()
         self._models: dict[tuple[str, int], ModelStats] = {}
+        self.metrics_config = parse_metrics_config(metrics_config)
+        #: The version's ``model_metrics`` (a ModelMetrics message) for the first-response
+        #: histogram's buckets: set by the server; None uses Triton's default buckets.
+        self.model_metrics: Callable[[str, int], Any] | None = None
+        #: The scope of this server's custom metrics (see triton_nb.server.metrics).
+        self.custom_scope = object()
         #: Whether a version (name, version) shows the ``nv_cache_*_per_model`` series: set by the
         #: server (its response cache switches); None shows them only for versions with counts.
         self.cache_series: Callable[[str, int], bool] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_TritonCollector(self))
+        if cpu_metrics:
+            self.registry.register(CpuMetricsCollector())
+        if custom_metrics:
+            self.registry.register(CustomMetricsCollector(self.custom_scope))
+
+    def _first_response_buckets(self, name: str, version: int) -> tuple[float, ...]:
+        """The first-response histogram's buckets (ms) of a version: its config's model_metrics
+        histogram_options for that family, else Triton's defaults (Triton reads them at load)."""
+        source = self.model_metrics
+        if source is not None:
+            try:
+                metrics = source(name, version)
+            except TritonNBError:  # not serving (yet): the defaults
+                metrics = None
+            for control in getattr(metrics, "metric_control", ()):
+                if control.metric_identifier.family == FIRST_RESPONSE_HISTOGRAM and control.HasField(
+                        "histogram_options"):
+                    return tuple(control.histogram_options.buckets)
+        return DEFAULT_FIRST_RESPONSE_BUCKETS_MS
+
+    def _new_model(self, name: str, version: int) -> ModelStats:
+        version = int(version)
+        return ModelStats(name, version, self.metrics_config,
+                          lambda: self._first_response_buckets(name, version))
 
     def model(self, name: str, version: int) -> ModelStats:
         """The stats of ``name`` version ``version``, created (at zero) on first use."""
@@ -472,14 +684,29 @@ class ServerStats:
         with self._lock:
             stats = self._models.get(key)
             if stats is None:
-                stats = self._models[key] = ModelStats(name, int(version))
+                stats = self._models[key] = self._new_model(name, int(version))
             return stats
+
+    def fresh(self, name: str, version: int) -> ModelStats:
+        """Stats at zero for a version being reloaded, not yet shown: the serving version's
+        stay visible until :meth:`install` swaps these in, as Triton's reload starts from zero."""
+        return self._new_model(name, int(version))
+
+    def install(self, stats: ModelStats) -> None:
+        """Show ``stats`` for its version from now on (in place of any before them)."""
+        with self._lock:
+            self._models[(stats.name, stats.version)] = stats
 
     def remove(self, name: str, version: int) -> None:
         """Forget a version at unload: its statistics and its metric series go, as in Triton
         (a reload starts from zero). Unknown versions are ignored."""
         with self._lock:
             self._models.pop((name, int(version)), None)
+        # (the version's custom metrics stay, as Triton 2.51 keeps them: see triton_nb.server.metrics)
+
+    def close(self) -> None:
+        """The server stopped: its models' custom metric series leave the process registry."""
+        CUSTOM_METRICS.release_scope(self.custom_scope)
 
     def _snapshot(self) -> list[ModelStats]:
         with self._lock:

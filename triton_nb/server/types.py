@@ -14,8 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+try:
+    import ml_dtypes
+except ImportError:  # a Python model's own environment (a process instance's interpreter) may lack it
+    ml_dtypes = None
 
 from triton_nb.errors import InvalidArgumentError
 
@@ -44,8 +48,9 @@ DATATYPES: dict[str, np.dtype] = {
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(np.object_),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
 }
+if ml_dtypes is not None:
+    DATATYPES["BF16"] = np.dtype(ml_dtypes.bfloat16)
 _NUMPY_TO_TRITON = {dtype: name for name, dtype in DATATYPES.items()}
 
 

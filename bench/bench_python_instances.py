@@ -1,0 +1,200 @@
+"""Python-model instances as threads against processes, on the fraud preprocessing model as exported.
+
+One run: a fraud model is trained on generated transactions, the repository exported to disk, and
+its ``preprocessing`` model (the Python backend's label encoders, loaded from the exported files)
+served alone with 2 instances — once with ``python_instances="thread"``, once with ``"process"`` —
+in this process, loaded through the in-process API with transactions the encoders never saw (one
+row per request, the next row each time). The two kinds alternate over ``--rounds`` rounds and each
+figure is the median of its rounds.
+
+* 64 in flight: requests per second; the target is process >= 1.6x thread (two processes use two
+  cores; two threads share one interpreter lock);
+* 1 in flight: p50 latency; the difference is what a process instance adds to a batch of one row
+  (the shared-memory hand-off and two messages).
+
+The exported preprocessing is lean (a dictionary look-up per value once its tables have learned the
+spellings), so the server's own work per request is a large share of the whole and a second core
+can only take the model's share. For contrast, the same two measurements on ``busy``: a Python
+model doing ``--busy-us`` of pure-Python work per request, what processes are for.
+
+    python bench/bench_python_instances.py [--seconds 4] [--rounds 3] [--instances 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from triton_nb import serve
+from triton_nb.fraud import generate_transactions, request_tensors, train_fraud_model
+from triton_nb.repository import export_fraud_repository
+from triton_nb.repository.config import load_config, save_config
+from triton_nb.server.types import InferRequest
+
+TARGET_RATIO = 1.6
+STREAM_ROWS = 4096
+
+BUSY_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Pure-Python work per request (a stand-in for rules engines, parsers, feature code)."""
+
+    def initialize(self, args):
+        import json
+        self.loops = int(json.loads(args["model_config"])["parameters"]["loops"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            total = 0
+            for i in range(self.loops):
+                total += i * i % 7
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x + np.float32(total % 3))]))
+        return responses
+'''
+
+BUSY_CONFIG = """
+name: "busy"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 100 }}
+parameters {{ key: "loops" value: {{ string_value: "{loops}" }} }}
+"""
+
+
+def prepare(work: Path, instances: int, busy_us: float) -> tuple[Path, list[dict[str, np.ndarray]]]:
+    """The exported preprocessing model alone (``instances`` instances), and unseen rows as requests."""
+    model = train_fraud_model(generate_transactions(20_000, seed=0), num_boost_round=10, progress=False)
+    export_fraud_repository(model, work / "full")
+    repo = work / "repo"
+    repo.mkdir()
+    shutil.copytree(work / "full" / "preprocessing", repo / "preprocessing")
+    config = load_config(repo / "preprocessing")
+    config.instance_group[0].count = instances
+    save_config(config, repo / "preprocessing")
+    loops = _loops_for(busy_us)
+    (repo / "busy" / "1").mkdir(parents=True)
+    (repo / "busy" / "config.pbtxt").write_text(BUSY_CONFIG.format(instances=instances, loops=loops))
+    (repo / "busy" / "1" / "model.py").write_text(BUSY_MODEL)
+    frame = generate_transactions(STREAM_ROWS, seed=11)  # cardholders and merchants the encoders never saw
+    rows = [request_tensors(frame.iloc[i:i + 1]) for i in range(len(frame))]
+    return repo, rows
+
+
+def _loops_for(busy_us: float) -> int:
+    """Loop iterations of the busy model's work that take about ``busy_us`` here."""
+    began = time.perf_counter()
+    total = 0
+    for i in range(200_000):
+        total += i * i % 7
+    per_loop_us = (time.perf_counter() - began) / 200_000 * 1e6
+    return max(1, int(busy_us / per_loop_us))
+
+
+def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight: int, seconds: float) -> float:
+    """Requests per second with ``in_flight`` requests kept in flight (a closed loop)."""
+    done = threading.Semaphore(0)
+    counter = iter(range(1 << 62))
+    stop = threading.Event()
+    completed = [0]
+    lock = threading.Lock()
+
+    def send() -> None:
+        index = next(counter)
+        future = server.infer_async(InferRequest(model, rows[index % len(rows)]))
+        future.add_done_callback(finish)
+
+    def finish(future) -> None:
+        future.result()  # a failed request ends the run with its error
+        with lock:
+            completed[0] += 1
+        if stop.is_set():
+            done.release()
+        else:
+            send()  # from the thread that answered: no thread per request
+
+    for _ in range(in_flight):
+        send()
+    time.sleep(seconds / 4)  # warm-up
+    with lock:
+        first, began = completed[0], time.perf_counter()
+    time.sleep(seconds)
+    with lock:
+        last, ended = completed[0], time.perf_counter()
+    stop.set()
+    for _ in range(in_flight):
+        done.acquire(timeout=60)
+    return (last - first) / (ended - began)
+
+
+def p50_us(server, model: str, rows: list[dict[str, np.ndarray]], seconds: float) -> float:
+    latencies = []
+    deadline = time.perf_counter() + seconds
+    index = 0
+    while time.perf_counter() < deadline:
+        began = time.perf_counter_ns()
+        server.infer(InferRequest(model, rows[index % len(rows)]))
+        latencies.append((time.perf_counter_ns() - began) / 1e3)
+        index += 1
+    return statistics.median(latencies[len(latencies) // 10:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--busy-us", type=float, default=500.0, help="pure-Python work per request of 'busy'")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-python-instances-"))
+    try:
+        repo, rows = prepare(work, args.instances, args.busy_us)
+        loads = {"preprocessing": rows, "busy": [{"X": np.full((1, 4), i, np.float32)} for i in range(64)]}
+        results = {(model, kind): {"rps": [], "p50": []} for model in loads for kind in ("thread", "process")}
+        for round_index in range(args.rounds):
+            kinds = ("thread", "process") if round_index % 2 == 0 else ("process", "thread")
+            for kind in kinds:
+                with serve(repo, python_instances=kind) as server:
+                    for model, requests in loads.items():
+                        for row in requests[:64]:  # every instance warm, the encoders' tables filled a little
+                            server.infer(InferRequest(model, row))
+                        figures = results[(model, kind)]
+                        figures["rps"].append(throughput(server, model, requests, args.in_flight, args.seconds))
+                        figures["p50"].append(p50_us(server, model, requests, args.seconds / 2))
+                        print(f"round {round_index + 1} {model} {kind}: {figures['rps'][-1]:,.0f} req/s at "
+                              f"{args.in_flight} in flight, p50 {figures['p50'][-1]:.0f} us at 1", flush=True)
+        print(f"\n{args.instances} instances, {args.in_flight} in flight and 1 in flight, medians of {args.rounds} "
+              "rounds:")
+        for model in loads:
+            thread_rps, process_rps = (statistics.median(results[(model, k)]["rps"]) for k in ("thread", "process"))
+            thread_p50, process_p50 = (statistics.median(results[(model, k)]["p50"]) for k in ("thread", "process"))
+            ratio = process_rps / thread_rps
+            what = ("the exported preprocessing, one unseen row per request" if model == "preprocessing"
+                    else f"busy, {args.busy_us:.0f} us of Python per request")
+            verdict = f" (target >= {TARGET_RATIO}x: {'met' if ratio >= TARGET_RATIO else 'MISSED'})"
+            print(f"  {what}: thread {thread_rps:,.0f} req/s, process {process_rps:,.0f} req/s: {ratio:.2f}x"
+                  f"{verdict if model == 'preprocessing' else ''}; p50 at 1 in flight thread {thread_p50:.0f} us, "
+                  f"process {process_p50:.0f} us (+{process_p50 - thread_p50:.0f} us)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""The process a Python model instance runs in when the server runs Python models as processes.
+
+Started by :class:`triton_nb.backends.python_process.ProcessPythonBackend` as
+``<interpreter> _python_stub.py FD PACKAGE_DIR``: ``FD`` is its end of a Unix socket pair,
+``PACKAGE_DIR`` the folder of the ``triton_nb`` package whose modules it uses — the Python backend
+itself (:class:`~triton_nb.backends.python.PythonBackend`, ``triton_python_backend_utils``), the
+tensor arena and the channel — without importing the package as a whole: the interpreter may be a
+model's own (``EXECUTION_ENV_PATH``), with the standard library and numpy and nothing else.
+
+What it does (Triton's stub process does the same for its model):
+
+1. receives ``("init", settings)``, creates the instance (``initialize``), answers ``("ready", pid)``
+   or ``("init_failed", message)``;
+2. answers each ``("execute", batch, arena, requests)`` — inputs read from the server's arena —
+   with ``("done", batch, arena, responses)``, outputs written into its own arena, or
+   ``("failed", batch, error)``; a decoupled model's responses go as ``("response", batch, index,
+   response, final)`` whenever the model sends them;
+3. forwards what the model asks of the server — BLS ``infer`` (and its streamed responses),
+   ``is_model_ready``, model loading — as ``("server_call", ...)`` and waits for the answer;
+4. forwards the model's log records (``pb_utils.Logger``) as ``("log", level, message)``;
+5. on ``("finalize",)`` calls the model's ``finalize`` and exits; when the server goes away it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import logging
+import os
+import socket
+import sys
+import threading
+import types
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+
+def _bare_packages(package_dir: str) -> None:
+    """Make ``triton_nb.<module>`` importable without running the package's ``__init__`` (which
+    imports the whole server and its dependencies)."""
+    for name, path in (("triton_nb", package_dir), ("triton_nb.backends", os.path.join(package_dir, "backends")),
+                       ("triton_nb.server", os.path.join(package_dir, "server"))):
+        module = types.ModuleType(name)
+        module.__path__ = [path]
+        sys.modules[name] = module
+
+
+class _ServerProxy:
+    """What a model may call on its server (the ``ServerHandle`` protocol), over the channel."""
+
+    def __init__(self, channel: Any, model_control_mode: str | None) -> None:
+        self._channel = channel
+        self.model_control_mode = model_control_mode  # what pb_utils.load_model checks, as of the start
+        self._ids = itertools.count(1)
+        self._calls: dict[int, Future] = {}
+        self._streams: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def _call(self, method: str, *args: Any, sender: Any = None, **kwargs: Any) -> Future:
+        call = next(self._ids)
+        future: Future = Future()
+        with self._lock:
+            self._calls[call] = future
+            if sender is not None:
+                self._streams[call] = sender
+        self._channel.send(("server_call", call, method, args, kwargs, sender is not None))
+        return future
+
+    def infer_async(self, request: Any) -> Future:
+        sender = request.response_sender
+        return self._call("infer", replace(request, response_sender=None), sender=sender)
+
+    def infer(self, request: Any) -> Any:
+        return self.infer_async(request).result()
+
+    def is_model_ready(self, name: str, version: int = -1) -> bool:
+        return bool(self._call("is_model_ready", name, version).result())
+
+    def load_model(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._call("load_model", name, *args, **kwargs).result()
+
+    def unload_model(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._call("unload_model", name, *args, **kwargs).result()
+
+    def resolve(self, call: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            future = self._calls.pop(call, None)
+            self._streams.pop(call, None)
+        if future is None:
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def stream(self, call: int, response: Any, final: bool) -> None:
+        with self._lock:
+            sender = self._streams.get(call)
+        if sender is not None:
+            sender(response, final)
+
+    def fail_all(self, error: BaseException) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, {}
+            self._streams.clear()
+        for future in calls.values():
+            future.set_exception(error)
+
+
+class _ChannelLog(logging.Handler):
+    """The model's log records, sent to the server's logger for this model."""
+
+    def __init__(self, channel: Any) -> None:
+        super().__init__()
+        self._channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(OSError):
+            self._channel.send(("log", record.levelno, record.getMessage()))
+
+
+def main() -> int:
+    fd, package_dir = int(sys.argv[1]), sys.argv[2]
+    _bare_packages(package_dir)
+    from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
+    from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, unpack_batch
+    from triton_nb.backends.base import ModelContext
+    from triton_nb.backends.python import PythonBackend, PythonModelSettings
+    from triton_nb.errors import InternalError, TritonNBError
+    from triton_nb.server.types import InferRequest
+
+    channel = Channel(socket.socket(fileno=fd))
+    message = channel.recv()
+    if message is None or message[0] != "init":
+        return 1
+    init: dict[str, Any] = message[1]
+    proxy = _ServerProxy(channel, init["model_control_mode"])
+    handler = _ChannelLog(channel)
+    logger = logging.getLogger(f"triton_nb.python_backend.{init['name']}")
+    logger.addHandler(handler)
+    logger.setLevel(init["log_level"])  # the server's level for this model: nothing sent only to be dropped
+    logger.propagate = False
+    context = ModelContext(name=init["name"], version=init["version"], config=None, model_path=init["model_path"],
+                           version_path=init["version_path"], repository_path=init["repository_path"],
+                           instance_name=init["instance_name"], instance_kind=init["instance_kind"],
+                           device_id=init["device_id"], server=proxy)
+    # Two threads take turns reading the channel: the one holding ``role`` reads one message and
+    # hands the role over before handling it, so a batch runs on the thread that received it (no
+    # hand-off between threads on the way in) while the other one reads what comes meanwhile — the
+    # answers to the model's BLS calls, which the batch may be waiting for.
+    role = threading.Lock()
+    state: dict[str, Any] = {"backend": None}
+
+    def leave(code: int) -> None:
+        backend = state["backend"]
+        if backend is not None:
+            backend.finalize()
+        with contextlib.suppress(OSError):
+            channel.send(("finalized",))
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)  # the other thread may be waiting in recv(): end the process, not just this thread
+
+    def serve_messages() -> None:
+        while True:
+            with role:
+                incoming = channel.recv()
+            if incoming is None:  # the server is gone: nothing to answer to
+                proxy.fail_all(InternalError(f"model '{init['name']}': the server closed the connection"))
+                leave(0)
+            op = incoming[0]
+            if op == "server_result":
+                call, ok, value = incoming[1:]
+                proxy.resolve(call, ok, value if ok else error_from_wire(value))
+            elif op == "server_stream":
+                proxy.stream(*incoming[1:])
+            elif op == "finalize":
+                leave(0)
+            elif op == "execute":
+                run_batch(*incoming[1:])
+
+    def sender_for(batch: int, index: int) -> Any:
+        def send(response: Any, final: bool) -> None:
+            if response is not None:
+                response = replace(response, error=error_to_wire(response.error))
+            channel.send(("response", batch, index, response, final))
+
+        return send
+
+    reader, writer = ArenaReader(), ArenaWriter(init["arena_prefix"])
+
+    def run_batch(batch: int, arena: str, specs: list, plan: list, metas: list) -> None:
+        backend = state["backend"]
+        inputs = unpack_batch(reader.read(arena, specs), plan, len(metas))
+        requests = [InferRequest(
+            model_name=meta["model_name"], inputs=tensors, model_version=meta["model_version"],
+            requested_outputs=meta["requested_outputs"], request_id=meta["request_id"],
+            parameters=meta["parameters"], priority=meta["priority"],
+            timeout_microseconds=meta["timeout_microseconds"],
+            response_sender=sender_for(batch, index) if meta["stream"] else None)
+            for index, (meta, tensors) in enumerate(zip(metas, inputs, strict=True))]
+        try:
+            responses = backend.execute(requests)
+        except TritonNBError as exc:
+            channel.send(("failed", batch, error_to_wire(exc)))
+            return
+        except BaseException as exc:
+            channel.send(("failed", batch, error_to_wire(
+                InternalError(f"model '{init['name']}': {type(exc).__name__}: {exc}"))))
+            return
+        if responses is None:
+            channel.send(("done", batch, None, None))
+            return
+        tensors, plan = pack_batch([response.outputs or {} for response in responses])
+        specs = writer.write(tensors)
+        answers = [{"error": error_to_wire(response.error), "parameters": response.parameters}
+                   for response in responses]
+        channel.send(("done", batch, writer.name, (specs, plan, answers)))
+
+    # the second thread reads while the model initializes (its initialize may call the server)
+    threading.Thread(target=serve_messages, name="triton-nb-stub-channel", daemon=True).start()
+    try:
+        backend = PythonBackend(context, backend_folder=init["backend_folder"],
+                                settings=PythonModelSettings(**init["settings"]))
+    except BaseException as exc:
+        channel.send(("init_failed", str(exc) if isinstance(exc, TritonNBError) else f"{type(exc).__name__}: {exc}"))
+        return 1
+    # as the server does once its models are loaded (triton_nb.server.collector): what the model
+    # loaded leaves the cyclic collector's full passes, which would otherwise walk it (pandas,
+    # encoders) in the middle of batches
+    gc.collect()
+    gc.freeze()
+    state["backend"] = backend
+    channel.send(("ready", os.getpid()))
+    serve_messages()  # never returns: the process ends in leave()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
