@@ -316,6 +316,12 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
                       help="write perf_analyzer's CSV report")
     perf.add_argument("--plots", type=Path, default=None, metavar="DIR",
                       help="write throughput_vs_latency.png and latency_breakdown.png into DIR")
+    perf.add_argument("--shared-memory", choices=("none", "system", "cuda"), default="none",
+                      help="system: inputs and outputs in system shared-memory regions registered with the server "
+                           "(http or grpc, same host) instead of in the requests; cuda needs a GPU (default none)")
+    perf.add_argument("--output-shared-memory-size", type=_positive_int, default=102400, metavar="BYTES",
+                      help="with --shared-memory: bytes per row for an output whose size the config does not give "
+                           "(BYTES or variable dims; default 102400)")
     sequences = perf.add_argument_group("sequence models", "perf_analyzer's sequence options, for stateful models "
                                         "(a model with sequence_batching gets sequences of 20 by default)")
     sequences.add_argument("--sequence-length", type=_positive_int, default=None, metavar="N",
@@ -393,6 +399,10 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     _check_target(parser, args)
     if args.request_distribution is not None and args.request_rate_range is None:
         parser.error("--request-distribution applies to --request-rate-range only")
+    if args.shared_memory == "cuda":
+        parser.error("--shared-memory cuda is not supported: CUDA shared memory needs a GPU; use system")
+    if args.shared_memory == "system" and args.protocol == "inprocess":
+        parser.error("--shared-memory system needs -i http or -i grpc (in-process calls copy nothing)")
     if args.sequence_id_range is not None:
         from triton_nb.perf.measure import parse_sequence_id_range  # only then: the perf modules load pandas
 
@@ -623,7 +633,8 @@ def _perf(args: argparse.Namespace) -> int:
                "stability_percentage": args.stability_percentage, "max_trials": args.max_trials,
                "percentile": args.percentile, "sequence_length": args.sequence_length,
                "sequence_length_variation": args.sequence_length_variation,
-               "sequence_id_range": args.sequence_id_range, "num_of_sequences": args.num_of_sequences}
+               "sequence_id_range": args.sequence_id_range, "num_of_sequences": args.num_of_sequences,
+               "shared_memory": args.shared_memory, "output_shared_memory_size": args.output_shared_memory_size}
     if by_rate:
         options["request_distribution"] = args.request_distribution or "constant"
     frames = []
@@ -637,7 +648,8 @@ def _perf(args: argparse.Namespace) -> int:
               f"{' /s (' + options['request_distribution'] + ')' if by_rate else ''}; windows of {window}, "
               f"stable within {args.stability_percentage:g}% on "
               f"{'p' + str(args.percentile) if args.percentile else 'average'} latency, at most "
-              f"{args.max_trials} trials; {args.rows_per_request} row(s) per request")
+              f"{args.max_trials} trials; {args.rows_per_request} row(s) per request"
+              f"{'; tensors in system shared memory' if args.shared_memory == 'system' else ''}")
         print(_perf_line(headers, widths), flush=True)
         try:
             for level in levels:

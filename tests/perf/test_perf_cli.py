@@ -179,3 +179,41 @@ def test_bad_sequence_flags_exit_2_with_one_line(repo, capsys, flags, message):
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
     assert re.search(message, captured.err), captured.err
+
+
+def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, monkeypatch):
+    import triton_nb.perf
+
+    seen = []
+    real_measure = triton_nb.perf.measure
+
+    def recording_measure(*args, **options):
+        seen.append(options)
+        return real_measure(*args, **options)
+
+    monkeypatch.setattr(triton_nb.perf, "measure", recording_measure)
+    assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--concurrency-range", "2",
+                 "--shared-memory", "system", "--output-shared-memory-size", "4096", *SHORT]) == 0
+    printed = capsys.readouterr().out
+    assert "tensors in system shared memory" in printed
+    rows = _table(printed, "Concurrency")
+    assert [row[0] for row in rows] == ["2"] and "error" not in " ".join(rows[0])
+    assert (seen[0]["shared_memory"], seen[0]["output_shared_memory_size"]) == ("system", 4096)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--shared-memory", "cuda", "-i", "http"], r"--shared-memory cuda is not supported: CUDA shared memory"),
+    (["--shared-memory", "system"], r"--shared-memory system needs -i http or -i grpc"),
+    (["--shared-memory", "posix"], r"argument --shared-memory: invalid choice: 'posix'"),
+    (["--shared-memory", "system", "-i", "grpc", "--output-shared-memory-size", "0"],
+     r"argument --output-shared-memory-size"),
+])
+def test_bad_shared_memory_flags_exit_2_with_one_line(repo, capsys, flags, message):
+    try:
+        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert re.search(message, captured.err), captured.err

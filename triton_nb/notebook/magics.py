@@ -564,6 +564,10 @@ class TritonMagics(Magics):
     @argument("--sequence-length-variation", type=float, default=20.0,
               help="sequence models: how far a sequence's length may vary, in %% (default 20)")
     @argument("--sequence-id-range", default=None, help="sequence models: START[:END] of the ids (END excluded)")
+    @argument("--shared-memory", default="none", choices=["none", "system", "cuda"],
+              help="system: tensors in shared-memory regions registered with the server (http or grpc)")
+    @argument("--output-shared-memory-size", type=int, default=102400,
+              help="with --shared-memory system: bytes per row for BYTES or variable-shape outputs")
     @argument("--out", default=None, help="also store the results DataFrame in this variable")
     @line_magic
     def triton_perf(self, line: str) -> pd.DataFrame:
@@ -590,7 +594,9 @@ class TritonMagics(Magics):
                                    measurement_interval_ms=args.measurement_interval,
                                    sequence_length=args.sequence_length,
                                    sequence_length_variation=args.sequence_length_variation,
-                                   sequence_id_range=_unquote(args.sequence_id_range))
+                                   sequence_id_range=_unquote(args.sequence_id_range),
+                                   shared_memory=args.shared_memory,
+                                   output_shared_memory_size=args.output_shared_memory_size)
         except TritonNBError as exc:
             raise _usage(exc) from None
         figure = perf.plot_throughput_vs_latency(results)

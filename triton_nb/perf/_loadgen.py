@@ -16,6 +16,11 @@ after the previous one of its sequence was answered. The sequence id and flags a
 pre-encoded requests (a JSON header's parameters, a protobuf map entry appended), so no request is
 encoded from scratch. On stop, each sequence left open gets one last request with the END flag (not
 recorded), so the server frees its slot before the next measurement.
+
+With system shared memory (``measure(..., shared_memory="system")``) the pre-encoded requests refer
+to registered regions instead of carrying tensors (an HTTP body is then its JSON header alone); the
+generator sends them as any others, sequence patching included, and never reads the outputs the
+server writes into the regions.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ several values per row; text becomes numbers where the input is numeric. ``%%tri
 measurements both use it. Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
 shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format (optionally with a share of them
 repeated, for a response cache: ``repeat_ratio``); and the
-same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``), so the
-load generator spends no time serializing."""
+same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``, or either
+referring to system shared-memory regions instead of carrying tensors), so the load generator spends
+no time serializing."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from triton_nb.server.protocol import array_to_buffer
 from triton_nb.server.types import numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = [
+    "SharedMemoryPlaces",
+    "TensorPlace",
     "config_datatype",
     "encode_grpc",
     "encode_http",
@@ -302,27 +306,77 @@ def with_repeats(distinct: list[Any], count: int, seed: int = 0) -> list[Any]:
     return sequence
 
 
-def encode_http(model: str, inputs: dict[str, np.ndarray]) -> tuple[bytes, int]:
+@dataclass(frozen=True)
+class TensorPlace:
+    """Where one tensor of a request lives in a registered system shared-memory region: the
+    ``shared_memory_region``/``_offset``/``_byte_size`` parameters a request carries instead of it."""
+
+    region: str
+    offset_bytes: int
+    byte_size: int
+
+    def parameters(self) -> dict[str, Any]:
+        return {"shared_memory_region": self.region, "shared_memory_byte_size": self.byte_size,
+                "shared_memory_offset": self.offset_bytes}
+
+
+@dataclass(frozen=True)
+class SharedMemoryPlaces:
+    """Where one request's inputs are (they are sent as references, without data) and where its
+    outputs are to be written (each output named here is requested with its place)."""
+
+    inputs: dict[str, TensorPlace]
+    outputs: dict[str, TensorPlace]
+
+
+def encode_http(model: str, inputs: dict[str, np.ndarray],
+                places: SharedMemoryPlaces | None = None) -> tuple[bytes, int]:
     """A KServe v2 request with binary tensors: the body and its JSON header's length. The header's
     ``parameters`` object comes last (the load generator adds sequence parameters just before its
-    closing brace)."""
-    header: dict[str, Any] = {"inputs": [], "parameters": {"binary_data_output": True}}
+    closing brace).
+
+    With ``places`` (system shared memory), each input names its region and carries no data, and
+    each output of ``places.outputs`` is requested with its region: the body is the JSON header
+    alone (its length is the body's)."""
+    header: dict[str, Any] = {"inputs": []}
     buffers = []
     for name, array in inputs.items():
-        data = array_to_buffer(array)
-        header["inputs"].append({"name": name, "shape": list(array.shape), "datatype": numpy_to_triton_dtype(
-            array.dtype), "parameters": {"binary_data_size": len(data)}})
-        buffers.append(data)
+        entry = {"name": name, "shape": list(array.shape), "datatype": numpy_to_triton_dtype(array.dtype)}
+        if places is not None:
+            entry["parameters"] = places.inputs[name].parameters()
+        else:
+            data = array_to_buffer(array)
+            entry["parameters"] = {"binary_data_size": len(data)}
+            buffers.append(data)
+        header["inputs"].append(entry)
+    if places is not None and places.outputs:
+        header["outputs"] = [{"name": name, "parameters": place.parameters()}
+                             for name, place in places.outputs.items()]
+    # never empty (the load generator appends members after a comma), and harmless with every
+    # output in shared memory: it is only the default for outputs that do not say otherwise
+    header["parameters"] = {"binary_data_output": True}
     encoded = json.dumps(header, separators=(",", ":")).encode()
     return encoded + b"".join(buffers), len(encoded)
 
 
-def encode_grpc(model: str, inputs: dict[str, np.ndarray]) -> bytes:
-    """A serialized ``ModelInferRequest`` with raw contents."""
+def encode_grpc(model: str, inputs: dict[str, np.ndarray], places: SharedMemoryPlaces | None = None) -> bytes:
+    """A serialized ``ModelInferRequest`` with raw contents; with ``places`` (system shared memory),
+    inputs and requested outputs with their regions' parameters and no raw contents."""
     from tritonclient.grpc import service_pb2
 
     request = service_pb2.ModelInferRequest(model_name=model)
     for name, array in inputs.items():
-        request.inputs.add(name=name, datatype=numpy_to_triton_dtype(array.dtype), shape=list(array.shape))
-        request.raw_input_contents.append(array_to_buffer(array))
+        tensor = request.inputs.add(name=name, datatype=numpy_to_triton_dtype(array.dtype), shape=list(array.shape))
+        if places is None:
+            request.raw_input_contents.append(array_to_buffer(array))
+        else:
+            _grpc_place(tensor.parameters, places.inputs[name])
+    for name, place in (places.outputs if places is not None else {}).items():
+        _grpc_place(request.outputs.add(name=name).parameters, place)
     return request.SerializeToString()
+
+
+def _grpc_place(parameters: Any, place: TensorPlace) -> None:
+    parameters["shared_memory_region"].string_param = place.region
+    parameters["shared_memory_byte_size"].int64_param = place.byte_size
+    parameters["shared_memory_offset"].int64_param = place.offset_bytes

@@ -16,6 +16,10 @@ With a :class:`SequenceSpec`, a load runs perf_analyzer's sequences for a statef
 request rate keeps active, sends one sequence after another, every request after the previous one of
 its sequence was answered, with the ``sequence_id``/``sequence_start``/``sequence_end`` parameters;
 stopping ends the sequences it cut short with one unrecorded END request each.
+
+With :class:`SystemSharedMemory` (perf_analyzer's ``--shared-memory system``), a network load's
+requests refer to registered shared-memory regions instead of carrying tensors: the inputs are
+written there once, before the load, and the outputs are written there by the server.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,14 +43,26 @@ import numpy as np
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import _loadgen
-from triton_nb.perf.inputs import encode_grpc, encode_http
+from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, config_datatype, encode_grpc, encode_http
 from triton_nb.perf.stats import Completions
+from triton_nb.server.protocol import array_to_buffer
 from triton_nb.server.service import InferenceService
-from triton_nb.server.types import InferRequest
+from triton_nb.server.types import InferRequest, triton_to_numpy_dtype
 
-__all__ = ["InProcessLoad", "NetworkLoad", "RemoteTarget", "SequenceSpec", "ServerTarget", "Target", "make_target"]
+__all__ = ["DEFAULT_OUTPUT_SHARED_MEMORY_SIZE", "SHARED_MEMORY_KINDS", "InProcessLoad", "NetworkLoad", "RemoteTarget",
+           "SequenceSpec", "ServerTarget", "SystemSharedMemory", "Target", "make_target"]
 
 PROTOCOLS = ("inprocess", "http", "grpc")
+
+#: perf_analyzer's ``--shared-memory`` choices.
+SHARED_MEMORY_KINDS = ("none", "system", "cuda")
+#: perf_analyzer's ``--output-shared-memory-size`` default: the bytes per row of an output whose
+#: size the config does not give (BYTES, or a variable dimension).
+DEFAULT_OUTPUT_SHARED_MEMORY_SIZE = 102400
+#: Every region this module creates is named (and keyed, ``/dev/shm/<name>``) with this prefix.
+SHARED_MEMORY_PREFIX = "triton_nb_perf_"
+# Tensors start on a cache line: concurrent requests never write to a line another one writes.
+_ALIGN_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -305,22 +322,136 @@ class InProcessLoad:
                 future.result(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def _aligned(size_bytes: int) -> int:
+    return -(-size_bytes // _ALIGN_BYTES) * _ALIGN_BYTES
+
+
+def _output_byte_size(spec: dict[str, Any], rows: int, output_shared_memory_size: int) -> int:
+    """The bytes an output of one request needs: dims x rows x the datatype's size; for BYTES or a
+    variable dimension, ``output_shared_memory_size`` per row (perf_analyzer's rule)."""
+    datatype = config_datatype(spec)
+    dims = [int(d) for d in spec.get("dims", [])]
+    if datatype == "BYTES" or any(d < 0 for d in dims):
+        return output_shared_memory_size * rows
+    count = rows
+    for dim in dims:
+        count *= dim
+    return count * triton_to_numpy_dtype(spec["data_type"]).itemsize
+
+
+class SystemSharedMemory:
+    """The system shared-memory regions of one measurement (perf_analyzer's ``--shared-memory
+    system``): one input region holding every distinct request's inputs one after another, written
+    once, and one output region with a slice per distinct request for all its outputs. Requests
+    that reuse a payload (a closed loop's slots cycling through the same requests, or repeats for
+    a response cache) share its output slice: concurrent requests with the same inputs write the
+    same bytes there, and the load generator never reads answers, so the sharing loses nothing.
+
+    :meth:`open` creates the regions (``tritonclient.utils.shared_memory``) and registers them with
+    ``client`` (a ``tritonclient`` HTTP or gRPC client of the server measured); :meth:`close`
+    unregisters and destroys them. Names carry a fresh uuid, so parallel measurements never collide.
+    ``places[i]`` says where request ``i``'s tensors are (see :func:`~triton_nb.perf.inputs.encode_http`)."""
+
+    def __init__(self, client: Any, config: dict[str, Any], requests: list[dict[str, np.ndarray]],
+                 rows_per_request: int = 1, output_shared_memory_size: int = DEFAULT_OUTPUT_SHARED_MEMORY_SIZE) -> None:
+        self._client = client
+        tag = uuid.uuid4().hex[:16]
+        self.input_region = f"{SHARED_MEMORY_PREFIX}{tag}_inputs"
+        self.output_region = f"{SHARED_MEMORY_PREFIX}{tag}_outputs"
+        rows = rows_per_request if int(config.get("max_batch_size", 0)) > 0 else 1
+        outputs = [(spec["name"], _output_byte_size(spec, rows, output_shared_memory_size))
+                   for spec in config.get("output", [])]
+        self._input_data: list[tuple[int, bytes]] = []  # (offset, bytes) to write into the input region
+        self.places: list[SharedMemoryPlaces] = []
+        by_request: dict[int, SharedMemoryPlaces] = {}  # id() of a distinct request -> its places
+        input_end = output_end = 0
+        for request in requests:
+            known = by_request.get(id(request))
+            if known is not None:  # a repeat: the same object, the same places
+                self.places.append(known)
+                continue
+            inputs = {}
+            for name, array in request.items():
+                data = array_to_buffer(array)
+                inputs[name] = TensorPlace(self.input_region, input_end, len(data))
+                self._input_data.append((input_end, data))
+                input_end = _aligned(input_end + len(data))
+            placed = {}
+            for name, size in outputs:
+                placed[name] = TensorPlace(self.output_region, output_end, size)
+                output_end = _aligned(output_end + size)
+            by_request[id(request)] = SharedMemoryPlaces(inputs, placed)
+            self.places.append(by_request[id(request)])
+        # a region cannot be empty (the server cannot map it): at least one cache line
+        self.sizes_bytes = {self.input_region: max(input_end, _ALIGN_BYTES),
+                            self.output_region: max(output_end, _ALIGN_BYTES)}
+        self._handles: dict[str, Any] = {}
+        self._registered: list[str] = []
+
+    @property
+    def regions(self) -> list[str]:
+        return list(self.sizes_bytes)
+
+    def open(self) -> SystemSharedMemory:
+        """Create, fill and register the regions; on a failure, undo what was done and raise."""
+        import tritonclient.utils.shared_memory as shm
+
+        try:
+            for name, size in self.sizes_bytes.items():
+                # create_only: a key that exists already is not ours (the uuid makes that a bug)
+                self._handles[name] = shm.create_shared_memory_region(name, f"/{name}", size, create_only=True)
+            handle = self._handles[self.input_region]
+            for offset, data in self._input_data:
+                if data:
+                    shm.set_shared_memory_region(handle, [np.frombuffer(data, np.uint8)], offset=offset)
+            for name, size in self.sizes_bytes.items():
+                self._client.register_system_shared_memory(name, f"/{name}", size)
+                self._registered.append(name)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Unregister and destroy every region (idempotent). An unregister that fails (the server
+        is gone) does not keep the regions from being destroyed."""
+        import tritonclient.utils.shared_memory as shm
+
+        while self._registered:
+            with contextlib.suppress(Exception):
+                self._client.unregister_system_shared_memory(self._registered.pop())
+        for name in list(self._handles):
+            with contextlib.suppress(Exception):
+                shm.destroy_shared_memory_region(self._handles.pop(name))
+
+    def __enter__(self) -> SystemSharedMemory:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
               "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 class NetworkLoad:
-    """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`)."""
+    """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`);
+    with ``shared_memory`` (open, for these ``requests``), requests that refer to its regions."""
 
     def __init__(self, protocol: str, url: str, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
-                 distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None) -> None:
+                 distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None,
+                 shared_memory: SystemSharedMemory | None = None) -> None:
         if (concurrency is None) == (request_rate is None):
             raise InvalidArgumentError("give concurrency or request_rate")
+        if shared_memory is not None and len(shared_memory.places) != len(requests):
+            raise InvalidArgumentError("shared_memory: the regions were laid out for other requests")
+        places = shared_memory.places if shared_memory is not None else [None] * len(requests)
         if protocol == "http":
-            payloads = [encode_http(model, r) for r in requests]
+            payloads = [encode_http(model, r, p) for r, p in zip(requests, places, strict=True)]
         else:
-            payloads = [(encode_grpc(model, r), 0) for r in requests]
+            payloads = [(encode_grpc(model, r, p), 0) for r, p in zip(requests, places, strict=True)]
         handle, self._payload_path = tempfile.mkstemp(prefix="triton-nb-perf-", suffix=".bin")
         with os.fdopen(handle, "wb") as stream:
             stream.write(struct.pack("<I", len(payloads)))
@@ -387,6 +518,12 @@ class Target:
     def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> InProcessLoad | NetworkLoad:
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def shared_memory_client(self) -> Any:
+        """A ``tritonclient`` client of this target's protocol, to register shared-memory regions with."""
+        raise InvalidArgumentError(f"shared memory applies to HTTP and gRPC, not {self.protocol}")
+        yield
+
 
 class ServerTarget(Target):
     """The in-kernel server, in-process or through its own HTTP/gRPC endpoints."""
@@ -410,6 +547,22 @@ class ServerTarget(Target):
         if self.protocol == "inprocess":
             return InProcessLoad(self.server, model, requests, **level)
         return NetworkLoad(self.protocol, self.server.endpoints[self.protocol], model, requests, **level)
+
+    @contextlib.contextmanager
+    def shared_memory_client(self) -> Any:
+        """A client of the server's own endpoint: the regions are registered the way any client does."""
+        if self.protocol == "inprocess":
+            raise InvalidArgumentError("shared memory applies to HTTP and gRPC (in-process calls copy nothing): "
+                                       "measure with protocol 'http' or 'grpc', or shared_memory='none'")
+        if self.protocol == "http":
+            import tritonclient.http as client_module
+        else:
+            import tritonclient.grpc as client_module
+        client = client_module.InferenceServerClient(self.server.endpoints[self.protocol])
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 class RemoteTarget(Target):
@@ -438,6 +591,10 @@ class RemoteTarget(Target):
 
     def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> NetworkLoad:
         return NetworkLoad(self.protocol, self.url, model, requests, **level)
+
+    @contextlib.contextmanager
+    def shared_memory_client(self) -> Any:
+        yield self.client  # shared regions only work on the same host: the URL must be local
 
     def load_config(self, model: str, config: dict[str, Any]) -> None:
         """Reload ``model`` with a config override (the repository load API; explicit mode only)."""

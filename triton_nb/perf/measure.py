@@ -11,6 +11,9 @@ send/receive", as perf_analyzer reports it. ``repeat_ratio`` makes a share of th
 earlier ones, for measuring a server's response cache. A sequence (stateful) model is measured with
 perf_analyzer's sequences: every closed-loop slot runs sequences of about ``sequence_length``
 requests one after another, each with a fresh sequence id (see :class:`~triton_nb.perf.load.SequenceSpec`).
+``shared_memory="system"`` (perf_analyzer's ``--shared-memory system``) sends every request as
+references to system shared-memory regions registered for the measurement (see
+:class:`~triton_nb.perf.load.SystemSharedMemory`).
 
 The load generator sends requests encoded once, before the measurement, and does not decode the
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
@@ -19,6 +22,7 @@ on top is measured separately (``bench/bench_perf_tool.py``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -29,7 +33,13 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.inputs import InputData, request_inputs
-from triton_nb.perf.load import SequenceSpec, make_target
+from triton_nb.perf.load import (
+    DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
+    SHARED_MEMORY_KINDS,
+    SequenceSpec,
+    SystemSharedMemory,
+    make_target,
+)
 from triton_nb.perf.stats import PERCENTILES, Completions, Window, is_stable, parse_range, server_breakdown, summarize
 
 __all__ = ["DEFAULT_SEQUENCE_LENGTH", "PERF_ANALYZER_COLUMNS", "measure", "parse_sequence_id_range",
@@ -157,6 +167,19 @@ def _sequence_spec(resolved: Any, config: dict[str, Any], sequence_length: int |
                         num_of_sequences=num_of_sequences, string_ids=_string_corrid(batching))
 
 
+def _check_shared_memory(shared_memory: str, output_shared_memory_size: int) -> None:
+    if shared_memory not in SHARED_MEMORY_KINDS:
+        raise InvalidArgumentError(f"shared_memory must be one of {', '.join(SHARED_MEMORY_KINDS)}, "
+                                   f"got {shared_memory!r}")
+    if shared_memory == "cuda":
+        raise InvalidArgumentError("shared_memory 'cuda' is not supported: CUDA shared memory needs a GPU and "
+                                   "tritonclient's CUDA utilities; use 'system' (or 'none')")
+    if (isinstance(output_shared_memory_size, bool) or not isinstance(output_shared_memory_size, int)
+            or output_shared_memory_size < 1):
+        raise InvalidArgumentError(f"output_shared_memory_size must be a whole number of bytes >= 1, got "
+                                   f"{output_shared_memory_size!r}")
+
+
 def measure(
     target: Any,
     model: str,
@@ -180,6 +203,8 @@ def measure(
     sequence_length_variation: float = 20.0,
     sequence_id_range: str | Sequence[int | None] | int | None = None,
     num_of_sequences: int = 4,
+    shared_memory: str = "none",
+    output_shared_memory_size: int = DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
 ) -> pd.DataFrame:
     """Measure ``model`` at each load level; one row per level (see the module's docstring).
 
@@ -215,6 +240,15 @@ def measure(
     it is answered (so a slow server gets less than the rate). A sequence takes one row per request.
     Stopping a level ends the sequences it cut short with one unrecorded request each. Each row's
     ``sequence_length`` is the length used (NaN without sequences).
+
+    ``shared_memory`` (``--shared-memory``): "none" (tensors in the requests), or "system" over
+    HTTP or gRPC: before the load, one region holding the inputs of every distinct request (written
+    once) and one for their outputs are created and registered with the server (for an in-kernel
+    server through its own endpoint), every request refers to them instead of carrying tensors, and
+    they are unregistered and destroyed when the measurement ends, also on an error. The server must
+    run on this host. ``output_shared_memory_size`` (``--output-shared-memory-size``, default 102400):
+    the bytes per row of an output whose size the config does not give (BYTES or a variable
+    dimension). "cuda" is refused: CUDA shared memory needs a GPU. Each row's ``shared_memory`` says which.
     """
     mode, levels = _levels(concurrency_range, request_rate_range)
     if percentile is not None and percentile not in PERCENTILES:
@@ -223,7 +257,11 @@ def measure(
         raise InvalidArgumentError(f"request_distribution must be constant or poisson, got {request_distribution!r}")
     if measurement_interval_ms <= 0 or max_trials < 1 or stability_percentage <= 0:
         raise InvalidArgumentError("measurement_interval_ms, max_trials and stability_percentage must be > 0")
+    _check_shared_memory(shared_memory, output_shared_memory_size)
     resolved = make_target(target, protocol)
+    if shared_memory == "system" and resolved.protocol not in ("http", "grpc"):
+        raise InvalidArgumentError(f"shared_memory 'system' applies to HTTP and gRPC (in-process calls copy "
+                                   f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
     config = resolved.config(model)
     if request_count is None:
         request_count = 100 if repeat_ratio else 16
@@ -235,28 +273,33 @@ def measure(
     warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
     rows = []
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with contextlib.ExitStack() as cleanup:
+        regions = None
+        if shared_memory == "system":
+            client = cleanup.enter_context(resolved.shared_memory_client())
+            regions = cleanup.enter_context(SystemSharedMemory(client, config, requests, rows_per_request,
+                                                               output_shared_memory_size))
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(levels), desc=f"measuring {model}", unit="level")
-    try:
+            bar = cleanup.enter_context(tqdm(total=len(levels), desc=f"measuring {model}", unit="level"))
         for level in levels:
             load_kwargs = ({"concurrency": int(level)} if mode == "concurrency"
                            else {"request_rate": level, "distribution": request_distribution})
             if sequences is not None:
                 load_kwargs["sequences"] = sequences
+            if regions is not None:
+                load_kwargs["shared_memory"] = regions
             rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, rows_per_request, warmup_s,
                                        measurement_interval_ms / 1e3, measurement_request_count, stability_percentage,
                                        max_trials, percentile))
             rows[-1].update({"model": model, "protocol": resolved.protocol,
                              "concurrency": int(level) if mode == "concurrency" else math.nan,
                              "request_rate": level if mode == "request_rate" else math.nan,
-                             "sequence_length": sequences.length if sequences is not None else math.nan})
+                             "sequence_length": sequences.length if sequences is not None else math.nan,
+                             "shared_memory": shared_memory})
             if bar is not None:
                 bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
     columns = ["model", "protocol", "concurrency", "request_rate", *PERF_ANALYZER_COLUMNS]
     frame = pd.DataFrame(rows)
     return frame[columns + [c for c in frame.columns if c not in columns]]

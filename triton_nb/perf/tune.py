@@ -256,6 +256,7 @@ def tune(
     rows_per_request: int = 1,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
+    shared_memory: str = "none",
     measurement_interval_ms: int = 2000,
     max_trials: int = 5,
     early_stop: bool = True,
@@ -274,7 +275,8 @@ def tune(
     each measured point (the tuning panel's live plot). ``no_batching_baseline``: measure the tuned
     models with dynamic batching off too, first (see :attr:`TuneResult.batching_gain`).
     ``repeat_ratio`` and ``request_count``: the requests' repetition, as :func:`~triton_nb.perf.measure`
-    takes them (for the ``response_cache`` knob).
+    takes them (for the ``response_cache`` knob). ``shared_memory``: as :func:`~triton_nb.perf.measure`
+    takes it ("system": tensors in shared-memory regions, over HTTP or gRPC).
     """
     if not knobs:
         raise InvalidArgumentError("give at least one knob to vary")
@@ -322,7 +324,8 @@ def tune(
         for level in levels:
             frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
                             rows_per_request=rows_per_request, repeat_ratio=repeat_ratio,
-                            request_count=request_count, measurement_interval_ms=measurement_interval_ms,
+                            request_count=request_count, shared_memory=shared_memory,
+                            measurement_interval_ms=measurement_interval_ms,
                             max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
             row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
             points.append(row)
