@@ -23,6 +23,7 @@ model doing ``--busy-us`` of pure-Python work per request, what processes are fo
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -106,8 +107,16 @@ def _loops_for(busy_us: float) -> int:
     return max(1, int(busy_us / per_loop_us))
 
 
-def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight: int, seconds: float) -> float:
-    """Requests per second with ``in_flight`` requests kept in flight (a closed loop)."""
+def _batch_compute_ns(server, model: str) -> int:
+    """The time the model's instances spent executing batches so far (each batch once)."""
+    (stats,) = server.statistics(model)["model_stats"]
+    return sum(int(b["compute_infer"]["ns"]) for b in stats["batch_stats"])
+
+
+def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight: int,
+               seconds: float) -> tuple[float, float]:
+    """Requests per second with ``in_flight`` requests kept in flight (a closed loop), and the
+    share of the window the model's instances spent executing batches."""
     done = threading.Semaphore(0)
     counter = iter(range(1 << 62))
     stop = threading.Event()
@@ -131,15 +140,17 @@ def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight:
     for _ in range(in_flight):
         send()
     time.sleep(seconds / 4)  # warm-up
+    busy_before = _batch_compute_ns(server, model)
     with lock:
         first, began = completed[0], time.perf_counter()
     time.sleep(seconds)
     with lock:
         last, ended = completed[0], time.perf_counter()
+    busy = (_batch_compute_ns(server, model) - busy_before) / 1e9
     stop.set()
     for _ in range(in_flight):
         done.acquire(timeout=60)
-    return (last - first) / (ended - began)
+    return (last - first) / (ended - began), busy / (ended - began)
 
 
 def p50_us(server, model: str, rows: list[dict[str, np.ndarray]], seconds: float) -> float:
@@ -166,7 +177,8 @@ def main() -> None:
     try:
         repo, rows = prepare(work, args.instances, args.busy_us)
         loads = {"preprocessing": rows, "busy": [{"X": np.full((1, 4), i, np.float32)} for i in range(64)]}
-        results = {(model, kind): {"rps": [], "p50": []} for model in loads for kind in ("thread", "process")}
+        results = {(model, kind): {"rps": [], "p50": [], "busy": []} for model in loads
+                   for kind in ("thread", "process")}
         for round_index in range(args.rounds):
             kinds = ("thread", "process") if round_index % 2 == 0 else ("process", "thread")
             for kind in kinds:
@@ -175,7 +187,9 @@ def main() -> None:
                         for row in requests[:64]:  # every instance warm, the encoders' tables filled a little
                             server.infer(InferRequest(model, row))
                         figures = results[(model, kind)]
-                        figures["rps"].append(throughput(server, model, requests, args.in_flight, args.seconds))
+                        rps, busy = throughput(server, model, requests, args.in_flight, args.seconds)
+                        figures["rps"].append(rps)
+                        figures["busy"].append(busy)
                         figures["p50"].append(p50_us(server, model, requests, args.seconds / 2))
                         print(f"round {round_index + 1} {model} {kind}: {figures['rps'][-1]:,.0f} req/s at "
                               f"{args.in_flight} in flight, p50 {figures['p50'][-1]:.0f} us at 1", flush=True)
@@ -191,6 +205,14 @@ def main() -> None:
             print(f"  {what}: thread {thread_rps:,.0f} req/s, process {process_rps:,.0f} req/s: {ratio:.2f}x"
                   f"{verdict if model == 'preprocessing' else ''}; p50 at 1 in flight thread {thread_p50:.0f} us, "
                   f"process {process_p50:.0f} us (+{process_p50 - thread_p50:.0f} us)")
+            # Threads share one interpreter lock: the model's execute and the server's own work (queueing,
+            # batching, answering) take turns on one core. Processes can take the model's share away, not
+            # the rest, so even with a free hand-off and cores to spare they give at most 1 / (1 - share).
+            share = min(statistics.median(results[(model, "thread")]["busy"]), 0.999)
+            bound = min(args.instances, os.cpu_count() or 1, 1 / (1 - share))
+            print(f"    with threads the model's execute took {share:.0%} of the time, the server's own work the "
+                  f"rest: {args.instances} processes on {os.cpu_count()} cores could give at most {bound:.2f}x "
+                  "with a free hand-off")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     sys.stdout.flush()

@@ -390,3 +390,31 @@ def test_a_model_with_an_execution_env_runs_with_its_packages(tmp_path, monkeypa
         prefix = result.as_numpy("PREFIX")[0, 0].decode()
     unpacked = list((tmp_path / "cache").iterdir())
     assert prefix in {str(p) for p in unpacked}  # the interpreter of the unpacked archive ran it
+
+
+# ---------------------------------------------------------------------- the batch layout
+
+
+def test_a_batch_travels_joined_by_name_and_comes_back_per_request():
+    from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, unpack_batch
+
+    same = [{"X": np.full((1, 3), i, np.float32), "TEXT": np.array([[b"a%d" % i, "é".encode()]], dtype=object)}
+            for i in range(4)]
+    mixed = [{"X": np.ones((1, 3), np.float32)}, {"X": np.ones((2, 4), np.float32)},
+             {"X": np.ones((1, 3), np.float64), "EXTRA": np.array(7)}]
+    writer, reader = ArenaWriter(f"triton_nb_test_{os.getpid()}"), ArenaReader()
+    try:
+        for batch, joined in ((same, True), (mixed, False)):
+            tensors, plan = pack_batch(batch)
+            assert all(key.startswith("b:") for key, _ in tensors) is joined  # 2 copies for 4 requests, or 1 each
+            specs = writer.write(tensors)
+            back = unpack_batch(reader.read(writer.name, specs), plan, len(batch))
+            for sent, got in zip(batch, back, strict=True):
+                assert sent.keys() == got.keys()
+                for name, array in sent.items():
+                    assert got[name].dtype == array.dtype and got[name].shape == array.shape
+                    assert got[name].tolist() == array.tolist()
+    finally:
+        reader.close()
+        writer.close()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"triton_nb_test_{os.getpid()}")]

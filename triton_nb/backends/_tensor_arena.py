@@ -71,24 +71,42 @@ def pack_batch(tensors_per_request: list[dict[str, np.ndarray]]) -> tuple[list[t
     """The tensors of a batch's requests, laid out for one write: each name's tensors joined
     along the batch dimension when they can be (the dynamic batcher's requests usually can), so
     that a batch of 64 one-row requests is 14 copies, not 896; and the plan that splits them back."""
-    names: dict[str, None] = {}
-    for tensors in tensors_per_request:
-        names.update(dict.fromkeys(tensors))
+    first_names = tensors_per_request[0].keys()
+    if all(tensors.keys() == first_names for tensors in tensors_per_request):
+        names: Any = first_names  # the usual case: every request has the same inputs
+    else:
+        names = {}
+        for tensors in tensors_per_request:
+            names.update(dict.fromkeys(tensors))
     laid_out: list[tuple[str, np.ndarray]] = []
     plan: list[tuple[str, list[int] | None]] = []
     for name in names:
         arrays = [tensors.get(name) for tensors in tensors_per_request]
-        first = arrays[0]
-        joinable = first is not None and first.ndim >= 1 and all(
-            a is not None and a.ndim == first.ndim and a.dtype == first.dtype and a.shape[1:] == first.shape[1:]
-            for a in arrays)
-        if joinable:
-            laid_out.append((f"b:{name}", first if len(arrays) == 1 else np.concatenate(arrays)))
+        joined = _join(arrays)
+        if joined is not None:
+            laid_out.append((f"b:{name}", joined))
             plan.append((name, [a.shape[0] for a in arrays]))  # type: ignore[union-attr]
         else:
             laid_out.extend((f"r{i}:{name}", a) for i, a in enumerate(arrays) if a is not None)
             plan.append((name, None))
     return laid_out, plan
+
+
+def _join(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+    """The arrays joined along the batch dimension, or None when they cannot be (one missing, a
+    scalar, different data types or non-batch shapes): numpy checks the shapes, the dtypes are
+    checked here, since concatenate would convert them rather than refuse."""
+    first = arrays[0]
+    if first is None or first.ndim == 0:
+        return None
+    if len(arrays) == 1:
+        return first
+    if any(a is None for a in arrays) or len({a.dtype for a in arrays}) != 1:  # type: ignore[union-attr]
+        return None
+    try:
+        return np.concatenate(arrays)  # type: ignore[arg-type]
+    except ValueError:  # different non-batch shapes (or a scalar among them)
+        return None
 
 
 def unpack_batch(read: dict[str, np.ndarray], plan: list, count: int) -> list[dict[str, np.ndarray]]:
