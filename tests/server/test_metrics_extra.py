@@ -317,9 +317,11 @@ def test_unsorted_histogram_buckets_are_refused_at_load():
 
 
 # ---------------------------------------------------------------------- custom metrics
-def test_custom_metrics_of_a_python_model_are_on_metrics_over_http_and_outlive_its_unload(tmp_path):
+@pytest.mark.parametrize("python_instances", ["thread", "process"])
+def test_custom_metrics_of_a_python_model_are_on_metrics_over_http_and_outlive_its_unload(tmp_path,
+                                                                                          python_instances):
     write_counted(tmp_path)
-    with serve(tmp_path, metrics_port=0, freeze_gc=False) as server:
+    with serve(tmp_path, metrics_port=0, freeze_gc=False, python_instances=python_instances) as server:
         for rows in (1, 2, 3):
             server.infer(InferRequest("counted", x(rows)), timeout_s=30)
         families = metrics_over_http(server)

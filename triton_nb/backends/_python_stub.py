@@ -53,6 +53,9 @@ class _ServerProxy:
     def __init__(self, channel: Any, model_control_mode: str | None) -> None:
         self._channel = channel
         self.model_control_mode = model_control_mode  # what pb_utils.load_model checks, as of the start
+        # pb_utils files a model's custom metrics under its server's scope (they outlive an unload):
+        # this process's stand-in for it; the server keeps the exported series in its own
+        self.stats = types.SimpleNamespace(custom_scope=object())
         self._ids = itertools.count(1)
         self._calls: dict[int, Future] = {}
         self._streams: dict[int, Any] = {}
@@ -109,6 +112,64 @@ class _ServerProxy:
             future.set_exception(error)
 
 
+class _ForwardedMetric:
+    """A ``pb_utils`` Metric's handle in this process that also sends each change to the server,
+    which keeps the series it exports (the checks and Triton's errors stay here, where the model
+    gets them)."""
+
+    def __init__(self, handle: Any, channel: Any, metric: int) -> None:
+        self._handle, self._channel, self._metric = handle, channel, metric
+
+    def _forward(self, operation: str, value: float) -> None:
+        with contextlib.suppress(OSError):
+            self._channel.send(("metric_op", self._metric, operation, value))
+
+    def increment(self, value: float) -> None:
+        self._handle.increment(value)
+        self._forward("increment", value)
+
+    def set(self, value: float) -> None:
+        self._handle.set(value)
+        self._forward("set", value)
+
+    def observe(self, value: float) -> None:
+        self._handle.observe(value)
+        self._forward("observe", value)
+
+    def value(self) -> float:
+        return self._handle.value()
+
+    def invalidate(self, reason: str | None = None) -> None:
+        self._handle.invalidate(reason)
+
+
+def _forward_metrics(channel: Any) -> None:
+    """Route ``pb_utils.MetricFamily`` / ``Metric`` of the model through the server: families and
+    series are created there too, under the model's server scope, and every change follows."""
+    try:
+        from triton_nb.server import metrics
+    except ImportError:  # a model's own environment without prometheus_client: metrics stay here
+        return
+    ids = itertools.count(1)
+
+    class Forwarding(metrics.CustomMetricsRegistry):
+        def family(self, name: str, description: str, kind: int) -> Any:
+            family = super().family(name, description, kind)
+            with contextlib.suppress(OSError):
+                channel.send(("metric_family", name, description, kind))
+            return family
+
+        def metric(self, family: Any, labels: Any, buckets: Any, owner: Any) -> Any:
+            handle = super().metric(family, labels, buckets, owner)
+            metric = next(ids)
+            with contextlib.suppress(OSError):
+                channel.send(("metric_new", metric, family.name, dict(labels or {}),
+                              None if buckets is None else [float(b) for b in buckets]))
+            return _ForwardedMetric(handle, channel, metric)
+
+    metrics.CUSTOM_METRICS = Forwarding()  # pb_utils looks it up on every MetricFamily and Metric
+
+
 class _ChannelLog(logging.Handler):
     """The model's log records, sent to the server's logger for this model."""
 
@@ -137,6 +198,7 @@ def main() -> int:
         return 1
     init: dict[str, Any] = message[1]
     proxy = _ServerProxy(channel, init["model_control_mode"])
+    _forward_metrics(channel)
     handler = _ChannelLog(channel)
     logger = logging.getLogger(f"triton_nb.python_backend.{init['name']}")
     logger.addHandler(handler)

@@ -1129,7 +1129,7 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 # or a thread it started) belongs to that model's server and version, is exported on that server's
 # /metrics and goes when the version unloads; one created outside any model (a notebook cell, a
 # module's top level at import) is exported by every server of the process and lives as long as
-# its Metric object. (Python models of process instances keep their metrics in their own process.)
+# its Metric object. A process instance (python_process) sends its metrics to its server, which exports them.
 
 
 class MetricKind(enum.IntEnum):

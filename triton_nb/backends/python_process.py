@@ -125,6 +125,8 @@ class _Stub:
             self.ready.set_exception(InternalError(message[1]))
         elif op == "finalized":
             self.finalized.set()
+        elif op.startswith("metric_"):
+            owner._metric(self, message)
 
     def _read(self) -> None:
         while True:
@@ -180,6 +182,7 @@ class ProcessPythonBackend(Backend):
         self._ids = itertools.count(1)
         self._arena: ArenaWriter | None = None
         self._outputs = ArenaReader()
+        self._metrics: dict[tuple[int, int], Any] = {}  # (stub, metric id) -> the series' handle here
         self._finalized = False
         self._stub = self._start()
 
@@ -297,6 +300,30 @@ class ProcessPythonBackend(Backend):
             sender(response, final)
         except Exception:  # a client that went away must not cost the reader thread its life
             log.exception("model '%s': sending a response failed", self.name)
+
+    # -- custom metrics ------------------------------------------------------------------
+    def _metric(self, stub: _Stub, message: tuple) -> None:
+        """A model's ``pb_utils`` custom metric, mirrored in this process's registry under its
+        server's scope, where ``/metrics`` exports it (the model's process checked it already)."""
+        from triton_nb.server import metrics
+
+        op = message[0]
+        try:
+            if op == "metric_family":
+                metrics.CUSTOM_METRICS.family(*message[1:])
+            elif op == "metric_new":
+                metric, name, labels, buckets = message[1:]
+                family = metrics.CUSTOM_METRICS.family_named(name)
+                scope = getattr(getattr(self.context.server, "stats", None), "custom_scope", None)
+                owner = None if scope is None else (scope, self.name, self.context.version)
+                self._metrics[(id(stub), metric)] = metrics.CUSTOM_METRICS.metric(family, labels, buckets, owner)
+            elif op == "metric_op":
+                metric, operation, value = message[1:]
+                handle = self._metrics.get((id(stub), metric))
+                if handle is not None:
+                    getattr(handle, operation)(value)
+        except (metrics.CustomMetricError, KeyError, TypeError, ValueError):
+            log.debug("model '%s': a custom metric update was refused", self.name, exc_info=True)
 
     # -- what the model asks of the server -----------------------------------------------
     def _serve_call(self, stub: _Stub, call: int, method: str, args: tuple, kwargs: dict, stream: bool) -> None:

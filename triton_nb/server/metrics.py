@@ -495,6 +495,11 @@ class CustomMetricsRegistry:
                 raise CustomMetricError("Family name already exists with different type")
             return family
 
+    def family_named(self, name: str) -> _CustomFamily:
+        """The family registered under ``name`` (KeyError if none)."""
+        with self._lock:
+            return self._families[name]
+
     def metric(self, family: _CustomFamily, labels: Mapping[str, str] | None, buckets: Iterable[float] | None,
                owner: tuple[object, str, int] | None) -> CustomMetricHandle:
         """A handle on the series of ``labels`` in ``owner``'s scope (its server; None: the
