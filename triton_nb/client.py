@@ -28,6 +28,7 @@ from triton_nb.errors import (
     TritonNBError,
     UnavailableError,
 )
+from triton_nb.server.batcher import after_batch
 from triton_nb.server.types import (
     InferRequest,
     InferResponse,
@@ -487,13 +488,19 @@ class _LoopRelay:
         with self._lock:
             first = not self._finished
             self._finished.append((waiter, finished))
-        if first:
-            self.wakeups += 1
-            try:
-                self._loop.call_soon_threadsafe(self._hand_over)
-            except RuntimeError:  # the loop was closed: nobody awaits these any more
-                with self._lock:
-                    self._finished.clear()
+        # On a worker answering a batch, the hand-over waits until the whole batch is answered:
+        # otherwise the loop, woken by the first answer, could take the GIL between two of them
+        # and need waking again for each one after
+        if first and not after_batch(self._schedule):
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self.wakeups += 1
+        try:
+            self._loop.call_soon_threadsafe(self._hand_over)
+        except RuntimeError:  # the loop was closed: nobody awaits these any more
+            with self._lock:
+                self._finished.clear()
 
     def _hand_over(self) -> None:
         with self._lock:
