@@ -418,3 +418,26 @@ def test_a_batch_travels_joined_by_name_and_comes_back_per_request():
         reader.close()
         writer.close()
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"triton_nb_test_{os.getpid()}")]
+
+
+def test_the_models_process_needs_only_the_standard_library_and_numpy(tmp_path):
+    """What the stub imports of triton_nb stays free of protobuf, tritonclient, ml_dtypes, pandas and
+    prometheus_client: a packed environment (EXECUTION_ENV_PATH) may have numpy and nothing else."""
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(f'''
+        import sys, types
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("google", "tritonclient", "grpc", "ml_dtypes", "pandas", "sklearn",
+                                          "xgboost", "prometheus_client"):
+                    raise ImportError("not in the packed environment: " + name)
+        sys.meta_path.insert(0, Block())
+        sys.argv = ["stub", "0", {str(Path(python_process.__file__).parents[1])!r}]
+        import runpy
+        stub = runpy.run_path({python_process._python_stub.__file__!r})
+        stub["_bare_packages"](sys.argv[2])
+        import triton_nb.backends._process_channel, triton_nb.backends._tensor_arena, triton_nb.backends.python
+        print("ok")
+    '''))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -8,8 +8,9 @@ Tensors are laid out one after another, 64-byte aligned; a message (pickled meta
 the arena and each tensor's ``(name, datatype, shape, offset, nbytes)``. BYTES tensors travel in
 Triton's serialized layout: each element a 4-byte little-endian length, then its bytes.
 
-Only the standard library and numpy are used here: the model's process may run another
-interpreter (``EXECUTION_ENV_PATH``) that has nothing else.
+Only the standard library and numpy are used here (and the wire codec's BYTES functions, which
+need no more): the model's process may run another interpreter (``EXECUTION_ENV_PATH``) that has
+nothing else.
 """
 
 from __future__ import annotations
@@ -18,53 +19,20 @@ import contextlib
 import math
 import mmap
 import os
-import struct
 from typing import Any
 
 import numpy as np
 
+from triton_nb.server.protocol import deserialize_bytes, serialize_bytes  # the wire's BYTES layout
+
 __all__ = ["ArenaReader", "ArenaWriter", "TensorSpec", "pack_batch", "remove_arenas", "unpack_batch"]
 
 _ALIGN = 64
-_LENGTH = struct.Struct("<I")
 _SHM_DIR = "/dev/shm"
 _MIN_BYTES = 1 << 20  # 1 MiB, Triton's default shm-default-byte-size for the Python backend
 
 #: name, numpy dtype string ("object" for BYTES), shape, offset, nbytes
 TensorSpec = tuple[str, str, tuple[int, ...], int, int]
-
-
-def _as_bytes(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    return str(value).encode("utf-8")
-
-
-def _serialize_bytes(array: np.ndarray) -> bytes:
-    pack = _LENGTH.pack
-    parts = []
-    for value in array.reshape(-1).tolist():
-        data = value if type(value) is bytes else _as_bytes(value)
-        parts.append(pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def _deserialize_bytes(buffer: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    count = math.prod(shape)
-    elements = []
-    unpack = _LENGTH.unpack_from
-    offset = 0
-    for _ in range(count):
-        (length,) = unpack(buffer, offset)
-        offset += 4
-        elements.append(buffer[offset:offset + length])
-        offset += length
-    values = np.empty(count, dtype=object)
-    values[:] = elements
-    return values.reshape(shape)
 
 
 def pack_batch(tensors_per_request: list[dict[str, np.ndarray]]) -> tuple[list[tuple[str, np.ndarray]], list]:
@@ -161,7 +129,7 @@ class ArenaWriter:
         total = 0
         for name, array in tensors:
             if array.dtype == np.object_ or array.dtype.kind in "SU":
-                blob: Any = _serialize_bytes(np.asarray(array, dtype=object))
+                blob: Any = serialize_bytes(np.asarray(array, dtype=object))
                 dtype = "object"
                 nbytes = len(blob)
             else:
@@ -216,7 +184,8 @@ class ArenaReader:
         out: dict[str, np.ndarray] = {}
         for name, dtype, shape, offset, nbytes in specs:
             if dtype == "object":
-                out[name] = _deserialize_bytes(self._map[offset:offset + nbytes], shape)
+                out[name] = deserialize_bytes("", name, self._map[offset:offset + nbytes],
+                                              math.prod(shape)).reshape(shape)
             else:
                 numpy_type = np.dtype(dtype)
                 # copied out: the writer reuses the arena for its next batch
