@@ -38,7 +38,7 @@ from triton_nb.fraud import FraudPreprocessor, generate_transactions
 from triton_nb.fraud.data import label_array
 from triton_nb.repository.config import effective_config, load_config
 from triton_nb.repository.export import export_tree_model
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 BATCH_SIZES = (1, 8, 64, 512, 4096)
 TARGET = 0.9

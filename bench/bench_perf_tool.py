@@ -66,7 +66,7 @@ def write_repository(root: Path) -> Path:
 def in_process_overhead(repo: Path, duration_s: float, rounds: int) -> None:
     import triton_nb
     from triton_nb.perf import measure
-    from triton_nb.server.types import InferRequest
+    from triton_nb.tensors import InferRequest
 
     x = np.ones((1, 4), np.float32)
 

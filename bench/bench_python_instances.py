@@ -38,7 +38,7 @@ from triton_nb import serve
 from triton_nb.fraud import generate_transactions, request_tensors, train_fraud_model
 from triton_nb.repository import export_fraud_repository
 from triton_nb.repository.config import load_config, save_config
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 TARGET_RATIO = 1.6
 STREAM_ROWS = 4096

@@ -64,7 +64,7 @@ from triton_nb.backends.base import ModelContext
 from triton_nb.backends.fil import FilBackend
 from triton_nb.repository import export_fraud_repository
 from triton_nb.repository.config import effective_config, load_config, save_config
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 IN_FLIGHT = 64
 STEPS = ("preprocessing", "fil")  # the ensemble's composing models, in order

@@ -29,7 +29,7 @@ from triton_nb.errors import (
     UnavailableError,
 )
 from triton_nb.server.batcher import after_batch
-from triton_nb.server.types import (
+from triton_nb.tensors import (
     InferRequest,
     InferResponse,
     numpy_to_triton_dtype,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from triton_nb.backends.base import Backend
-from triton_nb.server.types import InferResponse
+from triton_nb.tensors import InferResponse
 
 
 class Negate(Backend):
@@ -92,7 +92,7 @@ def write_entry_point_distribution(site: Path, name: str) -> None:
     group ``triton_nb.backends`` is a Backend class of its own module."""
     (site / "doubling_backend.py").write_text(textwrap.dedent('''
         from triton_nb.backends.base import Backend
-        from triton_nb.server.types import InferResponse
+        from triton_nb.tensors import InferResponse
 
 
         class Doubling(Backend):

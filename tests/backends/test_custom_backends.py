@@ -27,7 +27,7 @@ from triton_nb.backends import register_backend, registered_backends, unregister
 from triton_nb.backends.base import Backend
 from triton_nb.backends.registry import backend_factory
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.types import InferResponse
+from triton_nb.tensors import InferResponse
 
 PROTOCOLS = ["inprocess", "http", "grpc"]
 

@@ -19,11 +19,11 @@ from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends import fil
 from triton_nb.backends.base import ModelContext
 from triton_nb.backends.fil import FilBackend
-from triton_nb.backends.fil_semantics import FilSettings, fil_output
+from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.repository.config import effective_config, fil_parameters, load_config, save_config
 from triton_nb.repository.export import export_tree_model
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 FEATURES = 6
 
@@ -315,7 +315,7 @@ def test_a_process_limited_to_one_openmp_thread_still_loads_fil_models(models, t
 
     folder = export_tree_model(models["xgb_binary"], tmp_path / "repo", name="trees")
     script = ("import sys, numpy as np, triton_nb\n"
-              "from triton_nb.server.types import InferRequest\n"
+              "from triton_nb.tensors import InferRequest\n"
               "with triton_nb.serve(sys.argv[1]) as server:\n"
               "    x = np.zeros((3, server.input_config('trees').input[0].dims[0]), np.float32)\n"
               "    print(server.infer(InferRequest('trees', {'input__0': x})).outputs['output__0'].shape)\n")

@@ -22,7 +22,7 @@ from triton_nb.backends.python import PythonBackend, auto_complete
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError
 from triton_nb.repository import export_fraud_repository, load_config
 from triton_nb.repository.config import effective_config, parse_config
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 # --------------------------------------------------------------------------- helpers
 

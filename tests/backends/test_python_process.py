@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 from triton_nb import serve
 from triton_nb.backends import python_process
 from triton_nb.errors import InternalError, InvalidArgumentError
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 PROTOCOLS = ["inprocess", "http", "grpc"]
 

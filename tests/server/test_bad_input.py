@@ -26,7 +26,7 @@ from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError,
 from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS
 from triton_nb.repository import export_fraud_repository
 from triton_nb.server.checks import _check_request
-from triton_nb.server.types import InferRequest, numpy_to_triton_dtype, text_to_bytes
+from triton_nb.tensors import InferRequest, numpy_to_triton_dtype, text_to_bytes
 
 MAX_STRING_BYTES = 4096
 SECRET = "Zebra-Quokka-7731"  # a value no log line may ever show

@@ -13,7 +13,7 @@ import pytest
 
 from triton_nb.errors import InternalError, UnavailableError
 from triton_nb.server.batcher import WORKER_TIMER_SLACK_NS, QueuePolicy, Scheduler, SchedulerSettings
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 
 class FakeClock:

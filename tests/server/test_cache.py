@@ -35,7 +35,7 @@ from triton_nb.server.cache import (
     response_cache_problem,
 )
 from triton_nb.server.stats import ModelStats, ServerStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 CACHE = "response_cache { enable: true }"
 MB = 1 << 20

@@ -15,7 +15,7 @@ from triton_nb.repository.config import ModelConfig
 from triton_nb.server.batcher import Scheduler, SchedulerSettings, after_batch
 from triton_nb.server.ensemble import EnsembleScheduler
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 WAIT_S = 30
 

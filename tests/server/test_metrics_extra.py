@@ -28,7 +28,7 @@ from triton_nb.server.metrics import (
     read_memory_bytes,
 )
 from triton_nb.server.stats import ServerStats
-from triton_nb.server.types import InferRequest
+from triton_nb.tensors import InferRequest
 
 COUNTED_CONFIG = """
 name: "{name}"

@@ -20,7 +20,7 @@ from triton_nb.repository.config import check_model_config, parse_config
 from triton_nb.repository.fields import check_fields
 from triton_nb.server.sequence import SequenceScheduler
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 PROTOCOLS = ["inprocess", "http", "grpc"]
 

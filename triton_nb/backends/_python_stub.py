@@ -190,7 +190,7 @@ def main() -> int:
     from triton_nb.backends.base import ModelContext
     from triton_nb.backends.python import PythonBackend, PythonModelSettings
     from triton_nb.errors import InternalError, TritonNBError
-    from triton_nb.server.types import InferRequest
+    from triton_nb.tensors import InferRequest
 
     channel = Channel(socket.socket(fileno=fd))
     message = channel.recv()

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_nb.server.protocol import deserialize_bytes, serialize_bytes  # the wire's BYTES layout
+from triton_nb.tensors import deserialize_bytes, serialize_bytes  # the wire's BYTES layout
 
 __all__ = ["ArenaReader", "ArenaWriter", "TensorSpec", "pack_batch", "remove_arenas", "unpack_batch"]
 

@@ -2,9 +2,9 @@
 
 The server creates ``instance_group.count`` backend objects per model version (one per
 instance), each on its own worker thread, and hands each a batch at a time — a list of
-:class:`~triton_nb.server.types.InferRequest` whose inputs the server has already checked
+:class:`~triton_nb.tensors.InferRequest` whose inputs the server has already checked
 against the model's config (names, datatypes, shapes, batch size). A backend answers with one
-:class:`~triton_nb.server.types.InferResponse` per request, in order:
+:class:`~triton_nb.tensors.InferResponse` per request, in order:
 
 * an error that concerns one request goes in that response's ``error`` (the others succeed);
 * an exception raised from :meth:`Backend.execute` fails the whole batch;
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:  # protobuf stays out of a Python model's own process, which imports this module
     from triton_nb.repository.config import ModelConfig

@@ -84,10 +84,10 @@ import numpy as np
 from triton_nb._native_logs import native_stderr_to_logging, route_native_logs
 from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends.base import Backend, ModelContext
-from triton_nb.backends.fil_semantics import FilSettings, fil_output
+from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.repository.config import FIL_MODEL_FILENAMES, fil_parameters, model_filename
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["ENGINES", "FilBackend", "cache_directory"]
 

@@ -45,7 +45,7 @@ from triton_nb.errors import (
     UnavailableError,
 )
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.types import InferRequest, InferResponse, triton_to_numpy_dtype
+from triton_nb.tensors import InferRequest, InferResponse, triton_to_numpy_dtype
 
 __all__ = ["DEFAULT_MODEL_FILENAME", "OnnxRuntimeBackend"]
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -2,7 +2,7 @@
 
 Each instance loads ``<version>/model.py`` (or ``default_model_filename``), creates its
 ``TritonPythonModel``, calls ``initialize(args)`` with the keys Triton passes, and answers
-batches by wrapping the server's :class:`~triton_nb.server.types.InferRequest` objects as
+batches by wrapping the server's :class:`~triton_nb.tensors.InferRequest` objects as
 :class:`triton_nb.backends.pb_utils.InferenceRequest` and converting the returned
 ``InferenceResponse`` objects back. ``import triton_python_backend_utils`` resolves to
 :mod:`triton_nb.backends.pb_utils`. :func:`auto_complete` runs a model's static
@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:  # the config's protobuf is imported where it is used: a process instance runs without it
     from triton_nb.repository.config import ModelConfig

@@ -50,7 +50,7 @@ from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batc
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.backends.python import PythonModelSettings
 from triton_nb.errors import InternalError, TritonNBError
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["STUB_START_TIMEOUT_S", "ProcessPythonBackend"]
 

@@ -77,7 +77,7 @@ def request_tensors(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """The 14 tensors of a Triton request for these transactions, as Triton's Python backend
     hands them to the preprocessing model: FP32 ``[n, 1]`` for User, Card, Year, Month, Day and
     BYTES (object arrays of UTF-8 bytes) ``[n, 1]`` for the rest."""
-    from triton_nb.server.types import text_to_bytes
+    from triton_nb.tensors import text_to_bytes
 
     missing = [name for name in RAW_INPUT_COLUMNS if name not in frame.columns]
     if missing:

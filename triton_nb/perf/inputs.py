@@ -27,7 +27,7 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server.protocol import array_to_buffer
-from triton_nb.server.types import numpy_to_triton_dtype, triton_to_numpy_dtype
+from triton_nb.tensors import numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = [
     "SharedMemoryPlaces",

@@ -47,7 +47,7 @@ from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, config_dataty
 from triton_nb.perf.stats import Completions
 from triton_nb.server.protocol import array_to_buffer
 from triton_nb.server.service import InferenceService
-from triton_nb.server.types import InferRequest, triton_to_numpy_dtype
+from triton_nb.tensors import InferRequest, triton_to_numpy_dtype
 
 __all__ = ["DEFAULT_OUTPUT_SHARED_MEMORY_SIZE", "SHARED_MEMORY_KINDS", "InProcessLoad", "NetworkLoad", "RemoteTarget",
            "SequenceSpec", "ServerTarget", "SystemSharedMemory", "Target", "make_target"]

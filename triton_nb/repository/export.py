@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_nb.backends.fil_semantics import FilSettings
+from triton_nb.repository.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
 from triton_nb.fraud.features import FP32_INPUTS
@@ -268,7 +268,7 @@ def _write_tree_files(version: Path, model: Any, backend: str, settings: FilSett
     model_type, _ = write_fil_model_file(model, version, settings.model_type)
     if backend == "python":
         (version / "model.py").write_bytes(_template("tree_model.py"))
-        (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.backends", "fil_semantics.py"))
+        (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.repository", "fil_semantics.py"))
     return model_type
 
 

@@ -6,7 +6,7 @@
   named as FIL expects for its ``model_type``;
 * :func:`write_onnx_model` — the same model as ``model.onnx`` for the ONNX Runtime backend, with
   FIL's tensor names (``input__0`` / ``output__0``) and FIL's output semantics
-  (:func:`triton_nb.backends.fil_semantics.fil_output`) built into the graph, so a client cannot
+  (:func:`triton_nb.repository.fil_semantics.fil_output`) built into the graph, so a client cannot
   tell the two deployments apart.
 
 FIL facts this module relies on (FIL backend sources, ``src/tl_model.h`` and ``src/tl_utils.h``):
@@ -29,7 +29,7 @@ import numpy as np
 
 from triton_nb._native_logs import route_native_logs
 from triton_nb._optional import require_module
-from triton_nb.backends.fil_semantics import FilSettings
+from triton_nb.repository.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError
 
 __all__ = [

@@ -3,7 +3,7 @@
 Contract
 --------
 :meth:`Scheduler.enqueue` takes a checked request and a ``Future``; the future is always
-resolved — with an :class:`~triton_nb.server.types.InferResponse`, or an exception (queue full,
+resolved — with an :class:`~triton_nb.tensors.InferResponse`, or an exception (queue full,
 timeout, stop, a failed batch) — never left hanging.
 
 Each model instance has a worker thread that owns its backend object and runs one batch at a
@@ -58,7 +58,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "after_batch"]
 

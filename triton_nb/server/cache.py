@@ -64,7 +64,7 @@ from prometheus_client.registry import Collector
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError
 from triton_nb.server.futures import ResponseFuture
-from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
+from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 __all__ = [
     "CACHE_NAMES",

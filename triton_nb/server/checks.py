@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InternalError, InvalidArgumentError
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
+from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = ["CheckedVersion"]
 

@@ -51,7 +51,7 @@ from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.rate_limiter import RATE_LIMIT_MODES, RateLimiter
 from triton_nb.server.shared_memory import SharedMemoryRegistry
 from triton_nb.server.stats import ServerStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["MODEL_CONTROL_MODES", "Server"]
 

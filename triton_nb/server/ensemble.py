@@ -37,7 +37,7 @@ from triton_nb.repository.config import ModelConfig
 from triton_nb.server.batcher import after_batch
 from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
 

@@ -44,7 +44,7 @@ from triton_nb.server.protocol import (
     classify,
 )
 from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
-from triton_nb.server.types import InferRequest, InferResponse, numpy_to_triton_dtype
+from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService

@@ -30,8 +30,8 @@ from triton_nb.server.batcher import Scheduler
 from triton_nb.server.checks import CheckedVersion, _filter_outputs
 from triton_nb.server.rate_limiter import RateLimiter, Resource
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
 from triton_nb.server.warmup import warm_up_instance
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["InstanceOptions", "ServedVersion", "add_instance", "create_backend", "set_instance_count"]
 

@@ -11,7 +11,6 @@ can act on, never a traceback from numpy.
 from __future__ import annotations
 
 import logging
-import struct
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 
 from triton_nb._version import __version__
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.types import DATATYPES, numpy_to_triton_dtype
+from triton_nb.tensors import DATATYPES, deserialize_bytes, element_count, numpy_to_triton_dtype, serialize_bytes
 
 __all__ = [
     "API_GROUPS",
@@ -34,9 +33,7 @@ __all__ = [
     "array_to_values",
     "check_shape",
     "classify",
-    "deserialize_bytes",
     "parse_restricted_api",
-    "serialize_bytes",
     "server_metadata",
 ]
 
@@ -60,7 +57,6 @@ SERVER_EXTENSIONS = (
 API_GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
               "trace", "logging")
 
-_LENGTH = struct.Struct("<I")
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -118,54 +114,11 @@ def check_shape(model: str, tensor: str, shape: Any, limits: WireLimits) -> tupl
                                f"got {shape!r}")
 
 
-def _element_count(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
-def deserialize_bytes(model: str, tensor: str, buffer: bytes | memoryview, count: int) -> np.ndarray:
-    """``count`` length-prefixed elements from ``buffer`` as an object array of bytes."""
-    values = np.empty(count, dtype=object)
-    if count == 1 and len(buffer) >= 4 and _LENGTH.unpack_from(buffer, 0)[0] == len(buffer) - 4:
-        values[0] = bytes(buffer[4:])  # the common single-row request, without the loop
-        return values
-    view = memoryview(buffer)
-    offset = 0
-    end = len(view)
-    for i in range(count):
-        if offset + 4 > end:
-            raise InvalidArgumentError(
-                f"model '{model}': BYTES input '{tensor}' holds fewer than the {count} elements its shape needs")
-        (length,) = _LENGTH.unpack_from(view, offset)
-        offset += 4
-        if offset + length > end:
-            raise InvalidArgumentError(
-                f"model '{model}': BYTES input '{tensor}' element {i} says {length} bytes; the data ends before")
-        values[i] = bytes(view[offset:offset + length])
-        offset += length
-    if offset != end:
-        raise InvalidArgumentError(
-            f"model '{model}': BYTES input '{tensor}' has {end - offset} bytes left over after {count} elements")
-    return values
-
-
-def serialize_bytes(array: np.ndarray) -> bytes:
-    """A BYTES tensor (bytes or str elements) as length-prefixed elements, in C order."""
-    parts = []
-    for item in array.ravel(order="C"):
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(_LENGTH.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
 def array_from_buffer(model: str, tensor: str, datatype: Any, shape: tuple[int, ...],
                       buffer: bytes | memoryview) -> np.ndarray:
     """A tensor from raw little-endian bytes (HTTP binary data, gRPC raw contents)."""
     dtype = _dtype(model, tensor, datatype)
-    count = _element_count(shape)
+    count = element_count(shape)
     if dtype.kind == "O":
         return deserialize_bytes(model, tensor, buffer, count).reshape(shape)
     expected = count * dtype.itemsize
@@ -220,7 +173,7 @@ def array_from_values(model: str, tensor: str, datatype: Any, shape: tuple[int, 
         raise InvalidArgumentError(f"model '{model}': input '{tensor}' needs its data as a list, got "
                                    f"{type(values).__name__}")
     flat = _flatten(list(values))
-    count = _element_count(shape)
+    count = element_count(shape)
     if len(flat) != count:
         raise InvalidArgumentError(
             f"model '{model}': input '{tensor}' has {len(flat)} values; shape {list(shape)} needs {count}")

@@ -71,7 +71,7 @@ from triton_nb.repository.config import ModelConfig
 from triton_nb.repository.sequence_state import StateSpec, state_specs
 from triton_nb.server.batcher import BatchRunner, Scheduler, SchedulerSettings, _Pending, _Worker
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["DEFAULT_MAX_SEQUENCE_IDLE_MICROSECONDS", "SequenceControls", "SequenceScheduler"]
 

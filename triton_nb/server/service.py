@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["InferenceService"]
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.server.protocol import array_from_buffer, array_to_buffer
-from triton_nb.server.types import DATATYPES
+from triton_nb.tensors import DATATYPES
 
 __all__ = [
     "SHM_PARAMETERS",

@@ -37,7 +37,7 @@ from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.repository.warmup import WarmupSample, warmup_samples
 from triton_nb.server.checks import CheckedVersion, _check_request
 from triton_nb.server.stats import ModelStats
-from triton_nb.server.types import InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["WarmedVersion", "warm_up_instance"]
 

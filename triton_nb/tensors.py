@@ -1,4 +1,5 @@
-"""The request and response that cross every boundary of the server, and tensor data types.
+"""Tensors as the server and its backends pass them: the request and response that cross every
+boundary of the server, Triton's data types, and the BYTES layout.
 
 One :class:`InferRequest` is built by a protocol adapter (in-process client, HTTP, gRPC),
 resolved by the model manager, queued by a scheduler and handed — in a list, one batch — to a
@@ -9,6 +10,7 @@ with the batch dimension first when the model batches; BYTES tensors are object 
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +29,10 @@ __all__ = [
     "DATATYPES",
     "InferRequest",
     "InferResponse",
+    "deserialize_bytes",
+    "element_count",
     "numpy_to_triton_dtype",
+    "serialize_bytes",
     "text_to_bytes",
     "triton_to_numpy_dtype",
 ]
@@ -151,3 +156,51 @@ class InferResponse:
     def failed(cls, request: InferRequest, error: Exception, version: int = -1) -> InferResponse:
         return cls(model_name=request.model_name, model_version=version, request_id=request.request_id, error=error)
 
+
+# BYTES tensors on the wire, in shared memory and in a process instance's arena: each element a
+# 4-byte little-endian length followed by its bytes, one after another (Triton's layout).
+_LENGTH = struct.Struct("<I")
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    """Elements in a tensor of ``shape`` (1 for a scalar), without numpy's overflow to float."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def deserialize_bytes(model: str, tensor: str, buffer: bytes | memoryview, count: int) -> np.ndarray:
+    """``count`` length-prefixed elements from ``buffer`` as an object array of bytes."""
+    values = np.empty(count, dtype=object)
+    if count == 1 and len(buffer) >= 4 and _LENGTH.unpack_from(buffer, 0)[0] == len(buffer) - 4:
+        values[0] = bytes(buffer[4:])  # the common single-row request, without the loop
+        return values
+    view = memoryview(buffer)
+    offset = 0
+    end = len(view)
+    for i in range(count):
+        if offset + 4 > end:
+            raise InvalidArgumentError(
+                f"model '{model}': BYTES input '{tensor}' holds fewer than the {count} elements its shape needs")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InvalidArgumentError(
+                f"model '{model}': BYTES input '{tensor}' element {i} says {length} bytes; the data ends before")
+        values[i] = bytes(view[offset:offset + length])
+        offset += length
+    if offset != end:
+        raise InvalidArgumentError(
+            f"model '{model}': BYTES input '{tensor}' has {end - offset} bytes left over after {count} elements")
+    return values
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """A BYTES tensor (bytes or str elements) as length-prefixed elements, in C order."""
+    parts = []
+    for item in array.ravel(order="C"):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
