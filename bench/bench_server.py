@@ -6,7 +6,7 @@ the settings the export writes; requests are Triton-style tensors (``fraud.reque
 of transactions from another seed (rows the model never saw), cycling through thousands of
 distinct rows. The floor is the cheapest correct work in this process: the faster, at each batch
 size, of a per-row loop of dict look-ups (``DictLoop`` of bench_preprocessing.py) and the encoder
-the repository ships (``fraud_encoding.py`` + ``label_encoders.pkl``), plus the fastest of XGBoost
+the repository ships (``fraud_encoding/`` + ``label_encoders.pkl``), plus the fastest of XGBoost
 ``inplace_predict``, Treelite GTIL and the FIL backend's own engine choice with its compiled
 library ready. Floor latency is the median of single calls at batch 1; floor rows/s at batch 64 is
 64 / the median seconds of a batch-64 call.
@@ -90,7 +90,7 @@ class Floor:
     def __init__(self, root: Path) -> None:
         version = root / "preprocessing" / "1"
         # Unique module names: the served preprocessing model imports its own fraud_encoding.
-        encoding = _module(version / "fraud_encoding.py", "bench_server_fraud_encoding")
+        encoding = _module(version / "fraud_encoding", "bench_server_fraud_encoding")
         safe_pickle = _module(version / "fraud_safe_pickle.py", "bench_server_fraud_safe_pickle")
         classes = safe_pickle.load_label_encoders(version / "label_encoders.pkl")
         self.encoder = encoding.FeatureEncoder(classes)

@@ -86,10 +86,10 @@ def main() -> None:
         results["in-process"] = _soak(load, os.getpid(), args.warmup_s, args.duration_s)
 
     with triton_nb_serve(repository) as (process, endpoints):
-        from triton_nb.perf.load import RemoteTarget
+        from triton_nb.transport import HttpTransport
 
         url = endpoints["http"]
-        requests = request_inputs(RemoteTarget(url, "http").config("ensemble"), frame, count=256)
+        requests = request_inputs(HttpTransport(url).model_config("ensemble"), frame, count=256)
         load = NetworkLoad("http", url, "ensemble", requests, concurrency=args.concurrency)
         results["HTTP"] = _soak(load, process.pid, args.warmup_s, args.duration_s)
 

@@ -75,7 +75,8 @@ def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path,
     assert (out / "model" / "xgboost.json").is_file() and (out / "model_repository" / "ensemble").is_dir()
     report = out / "report"
     for name in ("summary.md", "sweep_measurements.csv", "sweep_ranking.csv", "perf_analyzer_best_config.csv",
-                 "throughput_vs_latency.png", "knob_heatmap.png", "latency_breakdown.png", "batch_sizes.png"):
+                 "throughput_vs_latency.png", "knob_heatmap.png", "latency_breakdown.png", "batch_sizes.png",
+                 "payload.png", "payload_measurements.csv"):
         assert (report / name).stat().st_size > 0, name
     ranking = (report / "sweep_ranking.csv").read_text().splitlines()
     assert len(ranking) == 1 + 6 + 1  # 3 delays x 2 instance counts, and dynamic batching off
@@ -85,6 +86,15 @@ def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path,
     gain = re.search(r"^dynamic batching gain: (\d+\.\d)x", summary, re.MULTILINE)
     assert gain, summary  # the line is there and says a number, measured in this run
     assert gain.group(0) in printed
+    # the payload's trade-off, measured in this run: each payload at 1 and 16 in flight, with its bytes
+    section = summary[summary.index("## Payload"):]
+    rows = [line.split(" | ") for line in section.splitlines() if re.match(r"^\| (binary|json)", line)]
+    assert [(row[0].strip("| "), row[1]) for row in rows] == [
+        (payload, level) for payload in ("binary", "json", "binary + gzip") for level in ("1", "16")]
+    sizes = {row[0].strip("| "): float(row[5]) for row in rows}
+    assert all(float(row[2]) > 0 and float(row[5]) > 0 and float(row[6]) > 0 for row in rows), section
+    assert sizes["binary + gzip"] < sizes["binary"] and sizes["json"] != sizes["binary"]
+    assert "![payload](payload.png)" in section and "| binary + gzip | 16 |" in printed
 
 
 def test_export_and_validate(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import tomllib
 
 import triton_nb
 import triton_nb._optional
+import triton_nb.backends.fil
 from triton_nb._optional import optional_module, require_module
 from triton_nb.errors import MissingDependencyError
 
@@ -37,10 +39,24 @@ def test_every_core_dependency_is_in_environment_yml():
 
 
 def test_public_api_is_explicit():
-    for module in (triton_nb, triton_nb.fraud):
+    for module in (triton_nb, triton_nb.fraud, triton_nb.backends.fil):
         assert module.__all__, module.__name__
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_every_data_file_in_the_package_is_declared_package_data():
+    # setuptools puts only .py files in the wheel unless [tool.setuptools.package-data] names the
+    # others, and an installed package without them fails where it reads them (the FIL shim: at compile)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {path for package, patterns in declared.items() for pattern in patterns
+               for path in ROOT.joinpath(*package.split(".")).glob(pattern)}
+    data = {path for path in (ROOT / "triton_nb").rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts}
+    assert ROOT / "triton_nb" / "backends" / "fil" / "triton_nb_shim.c" in data
+    assert not data - shipped, f"not declared as package data: {sorted(map(str, data - shipped))}"
+    shim = resources.files("triton_nb.backends.fil").joinpath("triton_nb_shim.c")
+    assert shim.is_file() and "triton_nb_predict" in shim.read_text(encoding="utf-8")
 
 
 def test_import_does_not_touch_gpu_libraries():

@@ -14,6 +14,7 @@ from triton_nb.errors import (
     UnavailableError,
     UnsafeFileError,
 )
+from triton_nb.server.settings import ServerSettings
 from triton_nb.serving import InferenceServer, serve
 
 
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidArgumentError",
     "MissingDependencyError",
     "NotFoundError",
+    "ServerSettings",
     "TritonNBError",
     "UnavailableError",
     "UnsafeFileError",

@@ -22,11 +22,17 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import TritonNBError
+from triton_nb.transport import PROTOCOLS
+
+if TYPE_CHECKING:
+    import dataclasses
+
+    from triton_nb.server.settings import ServerSettings
 
 __all__ = ["main"]
 
@@ -144,64 +150,92 @@ def _port(text: str) -> int:
     return value
 
 
+def _serve_flag_help(field: dataclasses.Field[Any]) -> str:
+    """A setting's flag help: the first sentence of its documentation, and the default."""
+    import re
+
+    from triton_nb.server.settings import plain_text
+
+    text = plain_text(field.metadata["help"])
+    first = re.split(r"(?<=\.)\s+(?=[A-Z])", text)[0].rstrip(".")  # "e.g. x" does not end the sentence
+    default = field.metadata.get("cli_default", field.default)
+    if isinstance(default, tuple):
+        default = ", ".join(default) if default else None
+    elif isinstance(default, bool):
+        default = str(default).lower()  # as --allow-http=false takes it
+    shown = "" if default in (None, "") else f" (default {default})"
+    if field.metadata.get("repeat"):
+        first += "; repeatable"
+    if field.metadata.get("cli"):
+        first += f"; {field.metadata['cli']}"
+    return (first + shown).replace("%", "%%")
+
+
 def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
-    """``triton-nb serve``, with tritonserver's flag names where it has them."""
+    """``triton-nb serve``, with tritonserver's flag names where it has them: a flag per server
+    setting that has one (:class:`triton_nb.ServerSettings` declares it), then the command's own."""
+    import dataclasses
+
+    from triton_nb.server.settings import ServerSettings
+
+    # how a flag's text reads: by the field's "parse" where it has one, else by the field's type
+    readers = {"port": _port, "count": _positive_int, "positive": _positive_float, "bool": _flag, "float": float,
+               "Path": Path}
     serve = commands.add_parser("serve", help="serve a model repository over HTTP, gRPC and metrics")
     serve.add_argument("--model-repository", "--model-store", type=Path, required=True, dest="model_repository")
-    serve.add_argument("--http-port", type=_port, default=8000)
-    serve.add_argument("--grpc-port", type=_port, default=8001)
-    serve.add_argument("--metrics-port", type=_port, default=8002)
-    serve.add_argument("--http-address", default="127.0.0.1",
-                       help="interface for HTTP (default 127.0.0.1; 0.0.0.0 serves beyond this machine)")
-    serve.add_argument("--grpc-address", default="127.0.0.1")
-    serve.add_argument("--metrics-address", default="127.0.0.1")
+    for field in dataclasses.fields(ServerSettings):
+        meta = field.metadata
+        if meta["flag"] is None:
+            continue
+        kind = field.type.split(" | ")[0]  # the annotation's text: settings.py postpones annotations
+        options: dict[str, Any] = {"dest": field.name, "help": _serve_flag_help(field)}
+        if "choices" in meta:
+            options["choices"] = meta["choices"]
+        else:
+            options["type"] = readers.get(meta.get("parse", kind), str)
+        if meta.get("repeat"):
+            # no default list: argparse would append to it; an absent flag leaves the setting's default
+            options.update(action="append", default=None)
+        else:
+            options["default"] = meta.get("cli_default", field.default)
+        options["metavar"] = meta.get("metavar", "BOOL" if kind == "bool" else None)
+        serve.add_argument(meta["flag"], *meta.get("aliases", ()), **options)
     serve.add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
     serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
     serve.add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
-    serve.add_argument("--allow-cpu-metrics", type=_flag, default=True, metavar="BOOL",
-                       help="export nv_cpu_utilization and nv_cpu_memory_*_bytes (ignored unless --allow-metrics)")
-    serve.add_argument("--metrics-config", action="append", default=[], metavar="KEY=VALUE",
-                       help="Triton's metrics settings (repeatable): summary_latencies=true, "
-                            "summary_quantiles=0.5:0.05,0.9:0.01,..., counter_latencies=false, "
-                            "histogram_latencies=true")
-    serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
-    serve.add_argument("--load-model", action="append", default=None, metavar="NAME",
-                       help="in explicit mode, a model to load at start ('*' for all); repeatable")
-    serve.add_argument("--repository-poll-secs", type=float, default=15.0)
-    serve.add_argument("--exit-timeout-secs", type=float, default=30.0,
-                       help="on SIGINT/SIGTERM, how long requests in flight have to finish")
-    serve.add_argument("--http-read-timeout-secs", type=_positive_float, default=60.0,
-                       help="an HTTP request must arrive whole within this, from its first byte, or get 408")
-    serve.add_argument("--http-timeout-keep-alive-secs", type=_positive_float, default=75.0,
-                       help="an HTTP connection idle this long, with no request under way, is closed")
-    serve.add_argument("--max-pending-requests", type=_positive_int, default=65536,
-                       help="requests waiting or running at once, server-wide; the excess is refused (503)")
-    serve.add_argument("--max-string-bytes", type=_positive_int, default=1024 * 1024,
-                       help="the longest element a BYTES (string) input may hold")
-    serve.add_argument("--http-restricted-api", action="append", default=[], metavar="GROUPS:KEY=VALUE",
-                       help="Triton's restricted APIs: e.g. model-repository,logging:admin-key=secret (repeatable)")
-    serve.add_argument("--grpc-restricted-api", "--grpc-restricted-protocol", action="append", default=[],
-                       metavar="GROUPS:KEY=VALUE", dest="grpc_restricted_api",
-                       help="the same for gRPC; clients send the metadata key triton-grpc-protocol-KEY, as Triton's do")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=64 * 1024 * 1024,
-                       help="largest request body (HTTP, after decompression) and gRPC message")
-    serve.add_argument("--max-tensor-elements", type=_positive_int, default=16 * 1024 * 1024,
-                       help="the most elements one tensor of a network request may declare")
     serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="Triton's response cache: local,size=BYTES (the local cache only; repeatable, one "
                             "setting each); models use it with response_cache { enable: true }")
-    serve.add_argument("--rate-limit", choices=("off", "execution_count"), default="off",
-                       help="Triton's rate limiter: execution_count runs an instance only when the resources its "
-                            "instance group's rate_limiter names are free (off: rate_limiter blocks are ignored)")
-    serve.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]",
-                       help="copies of a rate limiter resource, on one device or all (default: the most any loaded "
-                            "instance needs); repeatable")
-    serve.add_argument("--python-instances", choices=("thread", "process"), default="thread",
-                       help="run Python-model instances as threads of the server (default) or each in a process of "
-                            "its own, as Triton does (parallel on several cores; a crash fails one batch)")
-    serve.add_argument("--backend-directory", type=Path, default=None, metavar="DIR",
-                       help="Python-based backends: a model whose config says backend: \"NAME\" runs DIR/NAME/model.py "
-                            "(after registered backends and installed entry points)")
+
+
+def _serve_settings(args: argparse.Namespace) -> ServerSettings:
+    """The :class:`~triton_nb.ServerSettings` of a parsed ``triton-nb serve`` command line; flag
+    mistakes are named by their flags, before anything starts."""
+    import dataclasses
+
+    from triton_nb.server.settings import ServerSettings
+
+    if args.load_models and args.model_control_mode != "explicit":
+        raise TritonNBError("--load-model needs --model-control-mode=explicit")
+    if not (args.allow_http or args.allow_grpc):
+        raise TritonNBError("at least one of HTTP and gRPC must be allowed")
+    if args.rate_limit_resources and args.rate_limit == "off":
+        raise TritonNBError("--rate-limit-resource needs --rate-limit execution_count")
+    options = {field.name: getattr(args, field.name) for field in dataclasses.fields(ServerSettings)
+               if field.metadata["flag"] is not None and getattr(args, field.name) is not None}
+    for endpoint in ("http", "grpc", "metrics"):
+        if not getattr(args, f"allow_{endpoint}"):
+            options[f"{endpoint}_port"] = None
+    options["cpu_metrics"] = args.cpu_metrics and args.allow_metrics
+    options["grpc_max_message_bytes"] = args.max_request_bytes
+    # tritonserver's explicit mode is network model control; so it is here
+    options["network_model_control"] = args.model_control_mode == "explicit"
+    if args.cache_config:
+        from triton_nb.server.cache import parse_cache_config
+
+        # a refused cache name stops here, before any port opens
+        options["cache_size_bytes"] = parse_cache_config(args.cache_config)
+    return ServerSettings(**options)  # a bad value (an unknown --metrics-config key, ...) names itself here
 
 
 # perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
@@ -277,17 +311,70 @@ def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_tr
     where.add_argument("--model-repository", type=Path, metavar="DIR",
                        help="start an in-kernel server on this repository (explicit mode, all models loaded) "
                             "for the run, and stop it at the end")
-    parser.add_argument("-i", "--protocol", choices=("inprocess", "http", "grpc"), default=None,
+    parser.add_argument("-i", "--protocol", choices=PROTOCOLS, default=None,
                         help="with -u: http (default) or grpc; with --model-repository: inprocess (default, "
                              "direct calls), or http/grpc through the server's own endpoints on free ports")
     parser.add_argument("--input-data", default="random", metavar="random|zero|fraud|FILE.json",
                         help="request data: random or zero tensors shaped by the config, generated fraud "
                              "transactions, or a JSON file in perf_analyzer's format (default random)")
-    parser.add_argument("-b", "--batch-size", type=_positive_int, default=1, dest="rows_per_request",
-                        help="rows per request (default 1)")
+    parser.add_argument("-b", "--batch-size", type=_rows_argument, default=1, dest="rows_per_request",
+                        metavar="ROWS[,ROWS...]", help="rows per request (default 1), or a mix of sizes: 1,8,64")
     parser.add_argument("--max-trials", "-r", type=_positive_int, default=max_trials, metavar="N",
                         help=f"measurement windows per level at most, when the figures do not settle "
                              f"(default {max_trials})")
+    _add_payload_options(parser)
+
+
+def _add_payload_options(parser: argparse.ArgumentParser) -> None:
+    """The payload flags of ``perf`` and ``tune`` (as :func:`triton_nb.perf.measure` takes them)."""
+    group = parser.add_argument_group("payload", "how requests travel (client-side; the server is not changed)")
+    group.add_argument("--input-tensor-format", choices=("binary", "json"), default="binary",
+                       help="HTTP: request tensors as binary data (default) or JSON")
+    group.add_argument("--output-tensor-format", choices=("binary", "json"), default="binary",
+                       help="HTTP: ask for binary (default) or JSON output tensors")
+    group.add_argument("--request-compression", choices=("none", "gzip", "deflate"), default="none",
+                       help="HTTP: compress request bodies (once per distinct request, before the load)")
+    group.add_argument("--response-compression", choices=("none", "gzip", "deflate"), default="none",
+                       help="HTTP: ask for compressed answers (Accept-Encoding); the client decompresses them")
+    group.add_argument("--grpc-compression-algorithm", choices=("none", "gzip", "deflate"), default="none",
+                       help="gRPC: compress request messages")
+    group.add_argument("--batch-size-weights", type=_number_list(float), default=None, metavar="W,...",
+                       help="with -b S1,S2,...: the share of requests of each size (default equal)")
+
+
+def _rows_argument(text: str) -> int | list[int]:
+    """``-b``: one number of rows per request, or a comma-separated mix of sizes (``1,8,64``)."""
+    values = _number_list(int)(text)
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"rows per request must be >= 1, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def _number_list(kind: type) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        try:
+            values = [kind(part.strip()) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not all(math.isfinite(v) for v in values):
+            raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+        return values
+
+    return parse
+
+
+def _check_payload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Mistakes the flags' choices cannot catch, as one usage error naming the flag."""
+    http_only = [name for name in ("input_tensor_format", "output_tensor_format", "request_compression",
+                                   "response_compression") if getattr(args, name) not in ("binary", "none")]
+    if http_only and args.protocol != "http":
+        parser.error(f"--{http_only[0].replace('_', '-')} applies to -i http, not {args.protocol}")
+    if args.grpc_compression_algorithm != "none" and args.protocol != "grpc":
+        parser.error(f"--grpc-compression-algorithm applies to -i grpc, not {args.protocol}")
+    sizes = args.rows_per_request if isinstance(args.rows_per_request, list) else [args.rows_per_request]
+    if args.batch_size_weights is not None and len(args.batch_size_weights) != len(sizes):
+        parser.error(f"--batch-size-weights gives {len(args.batch_size_weights)} weight(s) for {len(sizes)} "
+                     f"size(s) of -b")
 
 
 def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
@@ -397,6 +484,7 @@ def _check_target(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     _check_target(parser, args)
+    _check_payload(parser, args)
     if args.request_distribution is not None and args.request_rate_range is None:
         parser.error("--request-distribution applies to --request-rate-range only")
     if args.shared_memory == "cuda":
@@ -414,6 +502,7 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
 def _check_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     _check_target(parser, args)
+    _check_payload(parser, args)
     if all(getattr(args, name) is None for name in _KNOB_FLAGS):
         parser.error(f"give at least one knob to vary: {', '.join(_KNOB_FLAGS.values())}")
     if args.write_config and args.model_repository is None:
@@ -505,42 +594,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from triton_nb import serve
 
-    if args.load_model and args.model_control_mode != "explicit":
-        raise TritonNBError("--load-model needs --model-control-mode=explicit")
-    if not (args.allow_http or args.allow_grpc):
-        raise TritonNBError("at least one of HTTP and gRPC must be allowed")
-    if args.rate_limit_resource and args.rate_limit == "off":
-        raise TritonNBError("--rate-limit-resource needs --rate-limit execution_count")
-    cache_size_bytes = None
-    if args.cache_config:
-        from triton_nb.server.cache import parse_cache_config
-
-        cache_size_bytes = parse_cache_config(args.cache_config)  # a refused cache name stops here, before any port
-    if args.metrics_config:
-        from triton_nb.server.metrics import parse_metrics_config
-
-        parse_metrics_config(args.metrics_config)  # an unknown key stops here too, naming itself
+    settings = _serve_settings(args)
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = serve(
-        args.model_repository, model_control_mode=args.model_control_mode,
-        load_models=args.load_model or "*", repository_poll_secs=args.repository_poll_secs,
-        http_port=args.http_port if args.allow_http else None, grpc_port=args.grpc_port if args.allow_grpc else None,
-        metrics_port=args.metrics_port if args.allow_metrics else None, http_address=args.http_address,
-        grpc_address=args.grpc_address, metrics_address=args.metrics_address,
-        max_request_bytes=args.max_request_bytes, grpc_max_message_bytes=args.max_request_bytes,
-        max_tensor_elements=args.max_tensor_elements,
-        exit_timeout_secs=args.exit_timeout_secs, http_restricted_api=args.http_restricted_api,
-        http_read_timeout_secs=args.http_read_timeout_secs,
-        http_timeout_keep_alive_secs=args.http_timeout_keep_alive_secs,
-        max_pending_requests=args.max_pending_requests, max_string_bytes=args.max_string_bytes,
-        grpc_restricted_api=args.grpc_restricted_api, cache_size_bytes=cache_size_bytes,
-        rate_limit=args.rate_limit, rate_limit_resources=args.rate_limit_resource,
-        backend_directory=args.backend_directory, python_instances=args.python_instances,
-        metrics_config=args.metrics_config, cpu_metrics=args.allow_cpu_metrics and args.allow_metrics,
-        # tritonserver's explicit mode is network model control; so it is here
-        network_model_control=args.model_control_mode == "explicit",
-    )
+    server = serve(args.model_repository, settings)
     try:
         # (the server froze what it loaded out of the garbage collector's full passes: freeze_gc)
         _print_model_table(server.repository_index())
@@ -576,13 +633,12 @@ def _print_model_table(index: list[dict[str, str]]) -> None:
 
 @contextlib.contextmanager
 def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
-    """What ``perf`` and ``tune`` measure: the URL, or an in-kernel server started (and stopped) here;
-    a remote server's refusals become one-line errors."""
-    from tritonclient.utils import InferenceServerException
-
-    from triton_nb.perf.load import make_target
+    """What ``perf`` and ``tune`` measure: a transport to the URL, or to an in-kernel server started
+    (and stopped) here; a remote server's refusals are errors of triton_nb's own, one line each."""
+    from triton_nb.transport import connect
 
     server = None
+    transport = None
     try:
         if args.url is None:
             from triton_nb import serve
@@ -590,174 +646,32 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
             server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
                            http_port=0 if args.protocol == "http" else None,
                            grpc_port=0 if args.protocol == "grpc" else None)
-        target = make_target(args.url or server, args.protocol)
-        target.config(args.model)  # an unreachable server or unknown model fails here, before any output
-        yield target
-    except (InferenceServerException, ConnectionError) as exc:
-        raise TritonNBError(f"{args.url or args.model_repository}: {exc}") from None
+        transport = connect(args.url or server, args.protocol)
+        transport.model_config(args.model)  # an unreachable server or unknown model fails here, before any output
+        yield transport
+    except TritonNBError as exc:
+        if args.url is None:
+            raise
+        raise TritonNBError(f"{args.url}: {exc}") from None
     finally:
+        if transport is not None:
+            transport.close()
         if server is not None:
             server.stop()
 
 
-def _cell(value: Any, digits: int = 0) -> str:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return f"{number:.{digits}f}" if math.isfinite(number) else "-"
-
-
-# (header, column, digits) of perf's summary table; the server's compute is input + infer + output.
-_PERF_TABLE = (("Infer/s", "throughput_infer_per_sec", 1), ("p50 usec", "latency_p50_us", 0),
-               ("p90 usec", "latency_p90_us", 0), ("p95 usec", "latency_p95_us", 0),
-               ("p99 usec", "latency_p99_us", 0), ("Avg usec", "latency_avg_us", 0),
-               ("Queue usec", "server_queue_us", 0), ("Compute usec", "server_compute_us", 0))
-
-
-def _perf_line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
-
-
 def _perf(args: argparse.Namespace) -> int:
-    from triton_nb.perf import measure, write_perf_analyzer_csv
+    from triton_nb.perf.commands import run_perf  # the perf modules load pandas: only for this command
 
-    by_rate = args.request_rate_range is not None
-    levels = args.request_rate_range if by_rate else args.concurrency_range
-    level_header = "Request Rate" if by_rate else "Concurrency"
-    headers = [level_header, *(header for header, _, _ in _PERF_TABLE)]
-    widths = [max(len(header), 9) for header in headers]
-    options = {"input_data": args.input_data, "rows_per_request": args.rows_per_request,
-               "measurement_interval_ms": args.measurement_interval,
-               "measurement_request_count": args.measurement_request_count,
-               "stability_percentage": args.stability_percentage, "max_trials": args.max_trials,
-               "percentile": args.percentile, "sequence_length": args.sequence_length,
-               "sequence_length_variation": args.sequence_length_variation,
-               "sequence_id_range": args.sequence_id_range, "num_of_sequences": args.num_of_sequences,
-               "shared_memory": args.shared_memory, "output_shared_memory_size": args.output_shared_memory_size}
-    if by_rate:
-        options["request_distribution"] = args.request_distribution or "constant"
-    frames = []
-    interrupted = False
-    with _perf_target(args) as target:
-        where = args.url or f"an in-kernel server on {args.model_repository}"
-        window = (f"{args.measurement_request_count} requests" if args.measurement_request_count
-                  else f"{args.measurement_interval} ms")
-        print(f"*** Measuring '{args.model}' over {args.protocol} ({where}) ***")
-        print(f"  {level_header.lower()}: {', '.join(f'{v:g}' for v in levels)}"
-              f"{' /s (' + options['request_distribution'] + ')' if by_rate else ''}; windows of {window}, "
-              f"stable within {args.stability_percentage:g}% on "
-              f"{'p' + str(args.percentile) if args.percentile else 'average'} latency, at most "
-              f"{args.max_trials} trials; {args.rows_per_request} row(s) per request"
-              f"{'; tensors in system shared memory' if args.shared_memory == 'system' else ''}")
-        print(_perf_line(headers, widths), flush=True)
-        try:
-            for level in levels:
-                load = {"request_rate_range": [level]} if by_rate else {"concurrency_range": [level]}
-                frame = measure(target, args.model, protocol=args.protocol, **load, **options)
-                frames.append(frame)
-                row = frame.iloc[0]
-                compute = sum(float(row[c]) for c in ("server_compute_input_us", "server_compute_infer_us",
-                                                      "server_compute_output_us"))
-                values = {**row.to_dict(), "server_compute_us": compute}
-                cells = [f"{level:g}",
-                         *(_cell(values[column], digits) for _, column, digits in _PERF_TABLE)]
-                notes = [] if row["stable"] else ["unstable"]
-                if row["errors"]:
-                    notes.append(f"{int(row['errors'])} error(s)")
-                print(_perf_line(cells, widths) + ("  " + ", ".join(notes) if notes else ""), flush=True)
-        except KeyboardInterrupt:
-            interrupted = True
-            print("interrupted: keeping the levels measured so far", flush=True)
-    if not frames:
-        return 130 if interrupted else 0
-    import pandas as pd
-
-    results = pd.concat(frames, ignore_index=True)
-    if args.latency_report_file is not None:
-        print(f"wrote {write_perf_analyzer_csv(results, args.latency_report_file)}")
-    if args.plots is not None:
-        from triton_nb.perf import plot_latency_breakdown, plot_throughput_vs_latency
-
-        _save_figures(args.plots, {"throughput_vs_latency": plot_throughput_vs_latency(results),
-                                   "latency_breakdown": plot_latency_breakdown(results)})
-    return 130 if interrupted else 0
-
-
-def _save_figures(folder: Path, figures: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, figure in figures.items():
-        path = folder / f"{name}.png"
-        figure.savefig(path, dpi=100)
-        print(f"wrote {path}")
+    return run_perf(args, _perf_target)
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from triton_nb.perf import tune
+    from triton_nb.perf.commands import run_tune
 
     knobs = {name: ([(value,) for value in values] if name == "preferred_batch_size" else values)
              for name in _KNOB_FLAGS if (values := getattr(args, name)) is not None}
-    tuned = args.tuned_model or args.model
-    latency = f"latency_p{args.percentile}_us"
-
-    def on_point(row: dict[str, Any]) -> None:
-        print(f"  {row['config']}  concurrency {int(row['concurrency'])}: "
-              f"{_cell(row['throughput_infer_per_sec'], 1)} infer/s, p{args.percentile} "
-              f"{_cell(row[latency])} usec", flush=True)
-
-    with _perf_target(args) as target:
-        where = args.url or f"an in-kernel server on {args.model_repository}"
-        print(f"*** Tuning '{tuned}' (requests to '{args.model}' over {args.protocol}, {where}); "
-              f"budget p{args.percentile} <= {args.latency_budget_ms:g} ms, objective {args.objective}, "
-              f"{args.search} search ***", flush=True)
-        result = tune(target, args.model, knobs, concurrency_range=args.concurrency_range,
-                      tuned_model=args.tuned_model, search=args.search, latency_budget_ms=args.latency_budget_ms,
-                      min_throughput=args.min_throughput, objective=args.objective,
-                      latency_percentile=args.percentile, protocol=args.protocol, input_data=args.input_data,
-                      rows_per_request=args.rows_per_request, measurement_interval_ms=args.measurement_interval,
-                      max_trials=args.max_trials, progress=False, on_point=on_point)
-    if result.interrupted:
-        print("interrupted: ranking the configs measured so far")
-    if not result.ranking.empty:
-        _print_ranking(result.ranking, latency, args.percentile)
-    for note in result.notes:
-        print(note)
-    if result.recommended is not None:
-        shown = ", ".join(f"{name}={list(value) if isinstance(value, tuple) else value}"
-                          for name, value in result.recommended.items())
-        print(f"recommended for '{tuned}': {shown}")
-        if args.write_config:
-            print(f"wrote {result.write_config(args.model_repository / tuned / 'config.pbtxt')}")
-        elif args.url is not None:
-            from triton_nb.repository.config import config_from_json, format_config
-
-            print("recommended config.pbtxt:")
-            print(format_config(config_from_json(result.recommended_config, source="recommended config")))
-    if args.plots is not None and not result.measurements.empty:
-        from triton_nb.perf import plot_knob_heatmap, plot_throughput_vs_latency
-
-        budget_us = args.latency_budget_ms * 1e3
-        figures = {"throughput_vs_latency": plot_throughput_vs_latency(
-            result.measurements, latency=latency, by="config", latency_budget_us=budget_us)}
-        varying = [name for name, values in knobs.items() if len(values) > 1]
-        if len(varying) == 2:
-            figures["knob_heatmap"] = plot_knob_heatmap(result.measurements, x=varying[0], y=varying[1],
-                                                        latency=latency, latency_budget_us=budget_us)
-        _save_figures(args.plots, figures)
-    if result.interrupted:
-        return 130
-    return 0 if result.recommended is not None else 1
-
-
-def _print_ranking(ranking: Any, latency: str, percentile: int) -> None:
-    headers = ("Rank", "Config", "Meets", "Concurrency", "Infer/s", f"p{percentile} usec", "p50 usec")
-    rows = [(str(row["rank"]), str(row["config"]), "yes" if row["feasible"] else "no", str(int(row["concurrency"])),
-             _cell(row["throughput_infer_per_sec"], 1), _cell(row[latency]), _cell(row["latency_p50_us"]))
-            for _, row in ranking.iterrows()]
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        print("  ".join(cell.ljust(width) if i == 1 else cell.rjust(width)
-                        for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
+    return run_tune(args, _perf_target, knobs)
 
 
 def _generate(args: argparse.Namespace) -> None:

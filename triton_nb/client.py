@@ -28,13 +28,12 @@ from triton_nb.errors import (
     TritonNBError,
     UnavailableError,
 )
+from triton_nb.frames import check_columns, frame_to_inputs, output_columns
 from triton_nb.server.batcher import after_batch
 from triton_nb.tensors import (
     InferRequest,
     InferResponse,
     numpy_to_triton_dtype,
-    text_to_bytes,
-    triton_to_numpy_dtype,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ class InferResult:
 
     def as_pandas(self) -> pd.DataFrame:
         """Outputs as columns: ``name`` for one value per row, ``name_0..k`` for several."""
-        return pd.DataFrame(_output_columns(self._response.outputs))
+        return pd.DataFrame(output_columns(self._response.outputs))
 
     def get_response(self) -> dict[str, Any]:
         """The KServe v2 response header: model, version, id and output descriptions."""
@@ -82,22 +81,6 @@ class InferAsyncRequest:
 
     def get_result(self, timeout: float | None = None) -> InferResult:
         return InferResult(self._future.result(timeout=timeout))
-
-
-def _output_columns(outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The columns of :meth:`InferResult.as_pandas`, the first axis of each output being the rows."""
-    columns: dict[str, Any] = {}
-    for name, array in outputs.items():
-        if array.ndim == 1:
-            columns[name] = array
-        elif array.ndim == 2 and array.shape[1] == 1:
-            columns[name] = array[:, 0]
-        elif array.ndim == 2:
-            for i in range(array.shape[1]):
-                columns[f"{name}_{i}"] = array[:, i]
-        else:
-            columns[name] = list(array)
-    return columns
 
 
 # The keyword options of ``infer`` after the inputs; infer_frame passes them on to every request.
@@ -160,10 +143,13 @@ class InProcessClient:
         priority: int,
         timeout_microseconds: int | None,
         parameters: Mapping[str, Any] | None,
+        frame_config: Mapping[str, Any] | None = None,
     ) -> InferRequest:
+        """The request; a DataFrame becomes tensors by ``frame_config`` (the model's config as JSON,
+        fetched when not given)."""
         version = _version(model_version)
         if isinstance(inputs, pd.DataFrame):
-            arrays = self._from_frame(self._server.input_config(model_name, version), inputs)
+            arrays = frame_to_inputs(frame_config or self._server.model_config_json(model_name, version), inputs)
         elif isinstance(inputs, Mapping):
             arrays = dict(inputs)
             # Only text given as unicode needs the config (to become BYTES); numpy arrays pass as they are.
@@ -192,43 +178,6 @@ class InProcessClient:
         if spec is not None and spec.data_type == mc.TYPE_STRING and array.dtype.kind == "U":
             return np.char.encode(array, "utf-8").astype(object)  # Triton carries BYTES as bytes
         return array
-
-    @staticmethod
-    def _check_columns(config: mc.ModelConfig, frame: pd.DataFrame) -> None:
-        missing = [t.name for t in config.input if t.name not in frame.columns and not t.optional]
-        if missing:
-            raise InvalidArgumentError(
-                f"model '{config.name}': the DataFrame has no column(s) {', '.join(map(repr, missing))}")
-
-    @staticmethod
-    def _from_frame(config: mc.ModelConfig, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-        """Columns matched to inputs by name; each converted to the input's datatype and shape."""
-        InProcessClient._check_columns(config, frame)
-        if len(frame) == 0:
-            raise InvalidArgumentError(f"model '{config.name}': the DataFrame has no rows")
-        arrays = {}
-        for spec in config.input:
-            if spec.name not in frame.columns:
-                continue
-            column = frame[spec.name]
-            if spec.data_type == mc.TYPE_STRING:
-                values = text_to_bytes(column)
-            else:
-                dtype = triton_to_numpy_dtype(mc.DataType.Name(spec.data_type))
-                try:
-                    values = column.to_numpy(dtype=dtype)
-                except (TypeError, ValueError) as exc:
-                    raise InvalidArgumentError(
-                        f"model '{config.name}': column '{spec.name}' cannot become {numpy_to_triton_dtype(dtype)}: "
-                        f"{exc}") from None
-            dims = [d if d != -1 else 1 for d in spec.dims]
-            rows = len(frame) if config.max_batch_size > 0 else None
-            shape = ([rows] if rows is not None else []) + dims
-            if int(np.prod(shape)) != values.size:
-                raise InvalidArgumentError(
-                    f"model '{config.name}': column '{spec.name}' gives {values.size} values; input shape is {shape}")
-            arrays[spec.name] = values.reshape(shape)
-        return arrays
 
     def infer(
         self,
@@ -310,10 +259,11 @@ class InProcessClient:
         # refuses pieces over the limit in force.
         limit = self._server.model_config(model_name, version).max_batch_size
         config = self._server.input_config(model_name, version)
+        frame_config = self._server.model_config_json(model_name, version)
         if len(frame) == 0:
             raise InvalidArgumentError(f"model '{model_name}': the DataFrame has no rows")
         # Checked once here: every piece would otherwise fail alike, after all of them had run.
-        self._check_columns(config, frame)
+        check_columns(frame_config, frame)
         for spec in config.input:
             values = int(np.prod([d if d != -1 else 1 for d in spec.dims]))
             if spec.name in frame.columns and values != 1:
@@ -340,7 +290,7 @@ class InProcessClient:
                         request = self._request(
                             model_name, frame.iloc[start:stop], options.get("outputs"), version,
                             options.get("request_id", ""), options.get("priority", 0),
-                            options.get("timeout_microseconds"), options.get("parameters"))
+                            options.get("timeout_microseconds"), options.get("parameters"), frame_config)
                         future = self._server.infer_async(request)
                     except TritonNBError as exc:  # refused at once (a bad value, a full queue): this piece only
                         failures.append((start, stop, exc))
@@ -401,7 +351,7 @@ class InProcessClient:
                 rows = np.empty(sum(len(chunk) for chunk in chunks), dtype=object)
                 rows[:] = [row for chunk in chunks for row in chunk]
                 joined[name] = rows
-        return _output_columns(joined)
+        return output_columns(joined)
 
     def stream_infer(
         self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any

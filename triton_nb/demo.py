@@ -3,10 +3,12 @@
 Generate TabFormer-style transactions, train the fraud model, export the Triton model repository,
 serve it in this process with HTTP and gRPC on free loopback ports, check that in-process calls,
 ``tritonclient.http`` and ``tritonclient.grpc`` all answer as XGBoost does, sweep the dynamic batching
-knobs of the ensemble's models against the same models with dynamic batching off, and write a
-report folder: CSV tables, PNG plots and a markdown summary, with the line
-``dynamic batching gain: N.Nx`` (the recommended config's throughput within the latency budget over
-the no-batching config's, measured in the same run).
+knobs of the ensemble's models against the same models with dynamic batching off, measure the
+payload's trade-off over HTTP (binary tensors, JSON tensors, binary with gzip, at 1 and 16 in
+flight: throughput, p50/p99 and bytes per request), and write a report folder: CSV tables, PNG
+plots and a markdown summary, with the line ``dynamic batching gain: N.Nx`` (the recommended
+config's throughput within the latency budget over the no-batching config's, measured in the same
+run) and a payload section.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class DemoSettings:
     sweep_models: tuple[str, ...] = ("preprocessing", "fil")
     latency_budget_ms: float = 10.0
     measurement_interval_ms: int = 600
+    # the payload section: each payload at each level over HTTP, in short windows (about 10 s in all)
+    payload_concurrency: tuple[int, ...] = (1, 16)
+    payload_interval_ms: int = 300
     notes: list[str] = field(default_factory=list)
 
 
@@ -54,24 +59,16 @@ def _agreement(predictions: np.ndarray, expected: np.ndarray) -> float:
 
 
 def _network_predictions(server: Any, frame: Any) -> dict[str, np.ndarray]:
-    """The ensemble's predictions for ``frame`` through tritonclient over HTTP and over gRPC."""
-    import tritonclient.grpc as grpcclient
-    import tritonclient.http as httpclient
-
+    """The ensemble's predictions for ``frame`` through the server's HTTP and gRPC endpoints
+    (tritonclient's clients, behind the transports)."""
     from triton_nb.fraud import request_tensors
+    from triton_nb.transport import connect
 
     tensors = request_tensors(frame)
     answers = {}
-    for name, module, url in (("http", httpclient, server.endpoints["http"]),
-                              ("grpc", grpcclient, server.endpoints["grpc"])):
-        client = module.InferenceServerClient(url)
-        inputs = []
-        for tensor, array in tensors.items():
-            item = module.InferInput(tensor, list(array.shape), "FP32" if array.dtype == np.float32 else "BYTES")
-            item.set_data_from_numpy(array)
-            inputs.append(item)
-        answers[name] = client.infer("ensemble", inputs).as_numpy("predictions").ravel()
-        client.close()
+    for protocol in ("http", "grpc"):
+        with connect(server, protocol) as transport:
+            answers[protocol] = transport.infer("ensemble", tensors, outputs=["predictions"])["predictions"].ravel()
     return answers
 
 
@@ -138,9 +135,15 @@ def run_demo(settings: DemoSettings) -> dict[str, Any]:
             measurement_interval_ms=settings.measurement_interval_ms, max_trials=4, progress=True,
             no_batching_baseline=True)
         print(f"config restored: {server.model_config('fil').dynamic_batching.max_queue_delay_microseconds} us delay")
+
+        step = _step("payload: binary and JSON tensors, gzip (HTTP)")
+        payloads = _measure_payloads(server, settings)
+        print(_payload_table(payloads))
+        print(f"measured in {time.perf_counter() - step:.1f} s")
+    summary["payload"] = payloads.drop(columns=["batch_sizes"]).to_dict("records")
     summary["sweep"] = {"recommended": tuned.recommended, "configs": len(tuned.ranking),
                         "points": len(tuned.measurements), "batching_gain": tuned.batching_gain}
-    summary["report"] = _write_report(report, tuned, summary, settings)
+    summary["report"] = _write_report(report, tuned, summary, settings, payloads)
     summary["seconds"] = time.perf_counter() - started
     _print_table(tuned, settings)
     print(_gain_line(tuned))
@@ -149,7 +152,44 @@ def run_demo(settings: DemoSettings) -> dict[str, Any]:
     return summary
 
 
-def _write_report(report: Path, tuned: Any, summary: dict[str, Any], settings: DemoSettings) -> dict[str, str]:
+#: The payloads the demo compares: measure()'s wire options for each.
+PAYLOADS: dict[str, dict[str, str]] = {
+    "binary": {},
+    "json": {"input_tensor_format": "json", "output_tensor_format": "json"},
+    "binary + gzip": {"request_compression": "gzip", "response_compression": "gzip"},
+}
+
+
+def _measure_payloads(server: Any, settings: DemoSettings) -> Any:
+    """The fraud ensemble over HTTP with each of :data:`PAYLOADS`, at each payload level."""
+    import pandas as pd
+
+    from triton_nb import perf
+
+    interval = min(settings.payload_interval_ms, settings.measurement_interval_ms)
+    frames = []
+    for name, options in PAYLOADS.items():
+        frame = perf.measure(server, "ensemble", concurrency_range=list(settings.payload_concurrency),
+                             protocol="http", input_data="fraud", measurement_interval_ms=interval,
+                             warmup_ms=interval, max_trials=3, **options)
+        frames.append(frame.assign(payload=name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _payload_table(payloads: Any) -> str:
+    """The payload measurements as a markdown table (also what the demo prints)."""
+    table = payloads[["payload", "concurrency", "throughput_infer_per_sec", "latency_p50_us", "latency_p99_us",
+                      "request_bytes", "response_bytes", "server_compute_input_us", "server_compute_output_us"]]
+    table = table.assign(latency_p50_us=table["latency_p50_us"] / 1e3, latency_p99_us=table["latency_p99_us"] / 1e3)
+    table.columns = ["payload", "in flight", "infer/s", "p50 ms", "p99 ms", "request bytes", "response bytes",
+                     "server compute input µs", "server compute output µs"]
+    return _markdown_table(table.round({"infer/s": 0, "p50 ms": 3, "p99 ms": 3, "request bytes": 0,
+                                        "response bytes": 0, "server compute input µs": 1,
+                                        "server compute output µs": 1}))
+
+
+def _write_report(report: Path, tuned: Any, summary: dict[str, Any], settings: DemoSettings,
+                  payloads: Any) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -168,6 +208,8 @@ def _write_report(report: Path, tuned: Any, summary: dict[str, Any], settings: D
     best_points = tuned.measurements[tuned.measurements["config"] == best]
     figures["latency_breakdown.png"] = perf.plot_latency_breakdown(best_points)
     figures["batch_sizes.png"] = perf.plot_batch_size_histogram(best_points)
+    figures["payload.png"] = perf.plot_payload_comparison(payloads)
+    payloads.drop(columns=["batch_sizes"]).to_csv(report / "payload_measurements.csv", index=False)
     for name, figure in figures.items():
         figure.savefig(report / name, dpi=110)
         files[name] = name
@@ -188,6 +230,15 @@ def _write_report(report: Path, tuned: Any, summary: dict[str, Any], settings: D
         _markdown_table(tuned.ranking.drop(columns=["score"]).round(1)), "",
         "![throughput vs latency](throughput_vs_latency.png)", "![knob heatmap](knob_heatmap.png)",
         "![latency breakdown](latency_breakdown.png)", "![batch sizes](batch_sizes.png)", "",
+        "## Payload: binary and JSON tensors, gzip", "",
+        f"The ensemble over HTTP with fraud transactions, one row per request, at "
+        f"{' and '.join(map(str, settings.payload_concurrency))} in flight, after the sweep (the original config): "
+        "binary tensors (the binary tensor data extension), JSON tensors both ways, and binary with gzip both "
+        "ways (each request body compressed once before the load; answers decompressed by the client). Bytes "
+        "are the mean per request and per response on the wire, headers included; server compute input/output "
+        "are the server's statistics.", "",
+        _payload_table(payloads), "",
+        "![payload](payload.png)", "",
     ]
     (report / "summary.md").write_text("\n".join(lines))
     files["summary"] = "summary.md"

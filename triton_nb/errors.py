@@ -15,11 +15,15 @@ __all__ = [
     "ForbiddenError",
     "InternalError",
     "InvalidArgumentError",
+    "MethodNotAllowedError",
     "MissingDependencyError",
     "NotFoundError",
+    "PayloadTooLargeError",
     "TritonNBError",
     "UnavailableError",
     "UnsafeFileError",
+    "UnsupportedEncodingError",
+    "wire_message",
     "wire_status",
 ]
 
@@ -59,6 +63,26 @@ class ForbiddenError(TritonNBError, PermissionError):
     grpc_code = "PERMISSION_DENIED"
 
 
+class PayloadTooLargeError(InvalidArgumentError):
+    """A request body or message over the configured size limit."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedEncodingError(InvalidArgumentError):
+    """A ``Content-Encoding`` the server cannot decode."""
+
+    http_status = 501  # Triton's answer; gRPC negotiates its compression itself, so this never reaches it
+
+
+class MethodNotAllowedError(TritonNBError):
+    """An HTTP method a route does not serve (``GET`` on ``/infer``)."""
+
+    http_status = 405
+    grpc_code = "UNIMPLEMENTED"
+
+
 class InternalError(TritonNBError, RuntimeError):
     """A bug or an unexpected failure inside triton_nb or a model."""
 
@@ -87,3 +111,9 @@ def wire_status(error: BaseException) -> tuple[int, str]:
     if isinstance(error, TritonNBError):
         return error.http_status, error.grpc_code
     return InternalError.http_status, InternalError.grpc_code
+
+
+def wire_message(error: BaseException) -> str:
+    """The message a client reads for ``error``: ours as written; anything else prefixed with its
+    class, since a bare ``KeyError`` message (a quoted key) would not say what went wrong."""
+    return str(error) if isinstance(error, TritonNBError) else f"{type(error).__name__}: {error}"

@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.server.core import Server
+from triton_nb.server.settings import ServerSettings
 
 if TYPE_CHECKING:
     from triton_nb.client import InProcessClient
@@ -42,12 +43,15 @@ class InferenceServer(Server):
         return Tuner(self, model, **options)
 
 
-def serve(model_repository: str | os.PathLike[str], **options: Any) -> InferenceServer:
+def serve(
+    model_repository: str | os.PathLike[str], settings: ServerSettings | None = None, **options: Any
+) -> InferenceServer:
     """Start an in-process server on a model repository and return it, running.
 
-    Options are :class:`InferenceServer`'s (``cache_size_bytes=N``, for one, gives it Triton's
-    response cache, which models with ``response_cache { enable: true }`` use). The server runs on
-    its own threads; the calling thread (a notebook cell) returns at once. Use it as a context
-    manager, or call ``stop()``.
+    ``settings`` and ``options`` are :class:`InferenceServer`'s: a
+    :class:`~triton_nb.ServerSettings`, and its fields as keywords (``cache_size_bytes=N``, for
+    one, gives it Triton's response cache, which models with ``response_cache { enable: true }``
+    use). The server runs on its own threads; the calling thread (a notebook cell) returns at once.
+    Use it as a context manager, or call ``stop()``.
     """
-    return InferenceServer(model_repository, **options).start()
+    return InferenceServer(model_repository, settings, **options).start()

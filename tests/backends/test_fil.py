@@ -16,13 +16,14 @@ from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 from triton_nb._optional import optional_module, xgboost_cuda_available
-from triton_nb.backends import fil
 from triton_nb.backends.base import ModelContext
-from triton_nb.backends.fil import FilBackend
-from triton_nb.repository.fil_semantics import FilSettings, fil_output
+from triton_nb.backends.fil import FilBackend, common, compiled
+from triton_nb.backends.fil.calibration import _CALIBRATION_SIZES, _Selector
+from triton_nb.backends.fil.engines import _Candidate
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.repository.config import effective_config, fil_parameters, load_config, save_config
 from triton_nb.repository.export import export_tree_model
+from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.tensors import InferRequest
 
 FEATURES = 6
@@ -269,10 +270,10 @@ def test_xgboost_engine_takes_input_that_is_not_aligned(models, data, load, offs
 
 
 def test_the_selector_follows_a_lasting_change_but_not_an_outlier():
-    fast, slow = fil._Candidate("fast", 1, lambda x: x), fil._Candidate("slow", 2, lambda x: x)
-    sizes = fil._CALIBRATION_SIZES
-    selector = fil._Selector([fast, slow], {"fast/1": {s: 1e-6 * s for s in sizes},
-                                            "slow/2": {s: 2e-6 * s for s in sizes}})
+    fast, slow = _Candidate("fast", 1, lambda x: x), _Candidate("slow", 2, lambda x: x)
+    sizes = _CALIBRATION_SIZES
+    selector = _Selector([fast, slow], {"fast/1": {s: 1e-6 * s for s in sizes},
+                                        "slow/2": {s: 2e-6 * s for s in sizes}})
     band, rows = 2, 64
     cost = [1e-6, 2e-6]
 
@@ -334,14 +335,14 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     for path in cache_dir.glob("*"):  # this model may have been compiled by another test
         path.unlink() if path.is_file() else shutil.rmtree(path)
     gate, entered = threading.Event(), threading.Event()
-    compile_ = fil._Builder._compile
+    compile_ = compiled._Builder._compile
 
     def gated(self):
         entered.set()
         assert gate.wait(30)  # were serving to wait for the compilation, this would time out and fail it
         return compile_(self)
 
-    monkeypatch.setattr(fil._Builder, "_compile", gated)
+    monkeypatch.setattr(compiled._Builder, "_compile", gated)
     backend = load(model)
     try:
         assert backend.compile_state == "compiling" and "tl2cgen" not in backend.engines
@@ -362,7 +363,7 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     def no_compile(self):
         raise AssertionError("the second load must find the cached library")
 
-    monkeypatch.setattr(fil._Builder, "_compile", no_compile)
+    monkeypatch.setattr(compiled._Builder, "_compile", no_compile)
     second = load(model, name="again")
     assert second.compile_state == "ready" and second.compiled_from_cache and second._thread is None
     assert second.engine_for(1) == "tl2cgen"
@@ -372,13 +373,13 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
 def test_instances_of_one_model_compile_it_once(models, data, load, monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "own-cache"))
     calls = []
-    compile_ = fil._Builder._compile
+    compile_ = compiled._Builder._compile
 
     def counted(self):
         calls.append(self.key)
         return compile_(self)
 
-    monkeypatch.setattr(fil._Builder, "_compile", counted)
+    monkeypatch.setattr(compiled._Builder, "_compile", counted)
     folder = export_tree_model(models["lgb_multi"], tmp_path / "repo", name="twice", predict_proba=True)
     first, second = load(None, folder=folder), load(None, folder=folder)
     assert first.wait_compiled(60) and second.wait_compiled(60)
@@ -416,10 +417,10 @@ def test_finalize_stops_a_compilation_promptly(models, load, tmp_path, monkeypat
 def test_no_compiler_or_no_tl2cgen_falls_back_quietly(models, data, load, monkeypatch, caplog):
     x = data[3]
     expected = models["xgb_binary"].get_booster().inplace_predict(x)
-    monkeypatch.setattr(fil, "_logged_once", set())
+    monkeypatch.setattr(common, "_logged_once", set())
     for seam in ("_find_compiler", "_tl2cgen"):
         with monkeypatch.context() as patch:
-            patch.setattr(fil, seam, lambda: None)
+            patch.setattr(compiled, seam, lambda: None)
             caplog.clear()
             for name in ("a", "b"):
                 backend = load(models["xgb_binary"], name=f"{seam}{name}", predict_proba=True, proba_width=1)

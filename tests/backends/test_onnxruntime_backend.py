@@ -12,11 +12,11 @@ from sklearn.datasets import make_classification
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.backends.base import ModelContext
-from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.backends.onnxruntime import OnnxRuntimeBackend
 from triton_nb.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, UnavailableError
 from triton_nb.repository import export_tree_model, load_config
 from triton_nb.repository.config import effective_config, save_config
+from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.tensors import InferRequest
 
 

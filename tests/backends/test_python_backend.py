@@ -6,14 +6,13 @@ import asyncio
 import json
 import logging
 import sys
-import textwrap
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from python_models import SIMPLE_CONFIG, FakeServer, request, write_model
 
 from triton_nb import fraud
 from triton_nb.backends import pb_utils
@@ -23,85 +22,6 @@ from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError
 from triton_nb.repository import export_fraud_repository, load_config
 from triton_nb.repository.config import effective_config, parse_config
 from triton_nb.tensors import InferRequest, InferResponse
-
-# --------------------------------------------------------------------------- helpers
-
-
-def write_model(root: Path, name: str, source: str, config: str, files: dict[str, str] | None = None,
-                version: int = 1) -> Path:
-    folder = root / name
-    version_dir = folder / str(version)
-    version_dir.mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(textwrap.dedent(config), encoding="utf-8")
-    (version_dir / "model.py").write_text(textwrap.dedent(source), encoding="utf-8")
-    for filename, text in (files or {}).items():
-        (version_dir / filename).write_text(textwrap.dedent(text), encoding="utf-8")
-    return folder
-
-
-@pytest.fixture
-def backends():
-    """Create backends from model folders; every one is finalized after the test."""
-    created: list[PythonBackend] = []
-
-    def make(folder: Path, server=None, version: int = 1, instance_name: str | None = None,
-             device_id: int = 0) -> PythonBackend:
-        config = effective_config(load_config(folder), folder_name=folder.name)
-        context = ModelContext(
-            name=folder.name,
-            version=version,
-            config=config,
-            model_path=folder,
-            version_path=folder / str(version),
-            repository_path=folder.parent,
-            instance_name=instance_name or f"{folder.name}_0",
-            device_id=device_id,
-            server=server,
-        )
-        backend = PythonBackend(context)
-        created.append(backend)
-        return backend
-
-    yield make
-    for backend in created:
-        backend.finalize()
-
-
-def request(model: str, **inputs: np.ndarray) -> InferRequest:
-    return InferRequest(model_name=model, inputs=inputs)
-
-
-SIMPLE_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [{{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }}]
-output [{{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }}]
-"""
-
-
-class FakeServer:
-    """A ServerHandle that records BLS requests and answers them with ``answer``."""
-
-    def __init__(self, answer=None) -> None:
-        self.requests: list[InferRequest] = []
-        self.answer = answer or (lambda r: InferResponse(r.model_name, 1, outputs={"Y": r.inputs["X"] * 10}))
-
-    def infer(self, request: InferRequest) -> InferResponse:
-        self.requests.append(request)
-        return self.answer(request)
-
-    def infer_async(self, request: InferRequest) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(self.infer(request))
-        except Exception as exc:
-            future.set_exception(exc)
-        return future
-
-    def is_model_ready(self, name: str, version: int = -1) -> bool:
-        return name == "other"
-
 
 # --------------------------------------------------------------------------- real-Triton-style models
 
@@ -221,11 +141,11 @@ def test_input_tensors_by_name_on_server_and_model_made_requests():
                                                     output_names=["Y"])
     made = pb_utils.InferenceRequest(model_name="m", inputs=[pb_utils.Tensor("X", x), pb_utils.Tensor("NAME", names)],
                                      requested_output_names=["Y"])
-    for request in (served, made):
-        assert pb_utils.get_input_tensor_by_name(request, "X").as_numpy() is not None
-        np.testing.assert_array_equal(pb_utils.get_input_tensor_by_name(request, "X").as_numpy(), x)
-        assert pb_utils.get_input_tensor_by_name(request, "NAME").as_numpy().tolist() == [[b"a"], [b"b"]]
-        assert pb_utils.get_input_tensor_by_name(request, "nope") is None
+    for each in (served, made):
+        assert pb_utils.get_input_tensor_by_name(each, "X").as_numpy() is not None
+        np.testing.assert_array_equal(pb_utils.get_input_tensor_by_name(each, "X").as_numpy(), x)
+        assert pb_utils.get_input_tensor_by_name(each, "NAME").as_numpy().tolist() == [[b"a"], [b"b"]]
+        assert pb_utils.get_input_tensor_by_name(each, "nope") is None
     # the server's arrays are handed over as they are, by name as by position
     assert pb_utils.get_input_tensor_by_name(served, "X").as_numpy() is served.inputs()[0].as_numpy()
 
@@ -537,125 +457,6 @@ def test_decoupled_bls_exec_iterates_the_stream(tmp_path, backends):
     assert response.outputs["Y"][0, 0] == 0 + 1 + 2
 
 
-# --------------------------------------------------------------------------- decoupled models
-
-DECOUPLED_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-model_transaction_policy {{ decoupled: true }}
-input [{{ name: "N" data_type: TYPE_INT32 dims: [ 1 ] }}]
-output [{{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }}]
-"""
-
-DECOUPLED_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
-            sender = request.get_response_sender()
-            for i in range(n):
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
-
-def streamed_request(model: str, n: int, sink: list) -> InferRequest:
-    return InferRequest(model_name=model, inputs={"N": np.array([n], np.int32)},
-                        response_sender=lambda response, final: sink.append((response, final)))
-
-
-def test_decoupled_model_streams_three_responses_then_final(tmp_path, backends):
-    backend = backends(write_model(tmp_path, "stream", DECOUPLED_MODEL, DECOUPLED_CONFIG.format(name="stream")))
-    assert backend.decoupled is True
-    sink: list = []
-    assert backend.execute([streamed_request("stream", 3, sink)]) is None
-    assert [final for _, final in sink] == [False, False, False, True]
-    assert [int(r.outputs["OUT"][0]) for r, _ in sink[:3]] == [0, 1, 2]
-    assert sink[3][0] is None
-    assert all(r.model_name == "stream" for r, _ in sink[:3])
-
-
-def test_async_decoupled_model_runs_in_the_background(tmp_path, backends):
-    source = """
-    import asyncio
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        async def execute(self, requests):
-            for request in requests:
-                sender = request.get_response_sender()
-                n = int(request.inputs()[0].as_numpy()[0])
-                if n < 0:
-                    raise ValueError("negative")
-                for i in range(n):
-                    await asyncio.sleep(0)
-                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    """
-    backend = backends(write_model(tmp_path, "astream", source, DECOUPLED_CONFIG.format(name="astream")))
-    done = threading.Event()
-    sink: list = []
-
-    def collect(response, final):
-        sink.append((response, final))
-        if final:
-            done.set()
-
-    assert backend.execute([InferRequest("astream", {"N": np.array([2], np.int32)}, response_sender=collect)]) is None
-    assert done.wait(10)
-    assert [final for _, final in sink] == [False, False, True]
-    done.clear()
-    sink.clear()
-    backend.execute([InferRequest("astream", {"N": np.array([-1], np.int32)}, response_sender=collect)])
-    assert done.wait(10)
-    ((failed, final),) = sink
-    assert final and isinstance(failed.error, InternalError) and "negative" in str(failed.error)
-
-
-def test_sender_rules(tmp_path, backends):
-    source = """
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            sender = requests[0].get_response_sender()
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            sender.send(pb_utils.InferenceResponse([]))  # closed: raises
-    """
-    backend = backends(write_model(tmp_path, "rules", source, DECOUPLED_CONFIG.format(name="rules")))
-    sink: list = []
-    with pytest.raises(InternalError, match="Response sender has been closed"):
-        backend.execute([streamed_request("rules", 1, sink)])
-    assert sink == [(None, True)]
-
-
-def test_default_mode_model_may_answer_through_the_sender(tmp_path, backends):
-    source = """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            for request in requests:
-                x = request.inputs()[0]
-                request.get_response_sender().send(
-                    pb_utils.InferenceResponse([pb_utils.Tensor("Y", x.as_numpy() * 2)]),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                )
-            return None
-    """
-    backend = backends(write_model(tmp_path, "viasender", source, SIMPLE_CONFIG.format(name="viasender")))
-    (response,) = backend.execute([request("viasender", X=np.array([[4.0]], np.float32))])
-    np.testing.assert_array_equal(response.outputs["Y"], [[8.0]])
-
-
 # --------------------------------------------------------------------------- auto-complete
 
 AUTO_MODEL = """
@@ -784,100 +585,6 @@ def test_finalize_is_called_and_its_exception_logged(tmp_path, caplog):
     assert module.__name__ not in sys.modules  # the instance's modules are gone
     backend.finalize()  # twice is harmless
     assert module.CALLS == ["finalize"]
-
-
-# --------------------------------------------------------------------------- module isolation
-
-HELPER_MODEL = """
-import helper
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        from helper import VALUE
-        self.value = VALUE
-
-    def execute(self, requests):
-        import helper as lazy  # imported again inside execute: still this model's file
-        from . import relative
-        out = []
-        for request in requests:
-            x = request.inputs()[0].as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 0 + helper.VALUE * 100
-                                                                   + lazy.VALUE * 10 + relative.VALUE)]))
-        return out
-"""
-
-
-def helper_model(root: Path, name: str, value: int) -> Path:
-    return write_model(root, name, HELPER_MODEL, SIMPLE_CONFIG.format(name=name),
-                       files={"helper.py": f"VALUE = {value}\n", "relative.py": f"VALUE = {value}\n"})
-
-
-def run_value(backend: PythonBackend, name: str) -> float:
-    (response,) = backend.execute([request(name, X=np.zeros((1, 1), np.float32))])
-    assert response.error is None, response.error
-    return float(response.outputs["Y"][0, 0])
-
-
-def test_sibling_modules_of_different_models_do_not_collide(tmp_path, backends):
-    path_before = list(sys.path)
-    a = backends(helper_model(tmp_path, "model_a", 1))
-    b = backends(helper_model(tmp_path, "model_b", 2))
-    # Two repositories, each with a model of the same name and its own helper.py.
-    c = backends(helper_model(tmp_path / "other_repo", "model_a", 3))
-    assert "helper" not in sys.modules and "relative" not in sys.modules
-    assert sys.path == path_before
-    assert (a._model.value, b._model.value, c._model.value) == (1, 2, 3)
-    assert (run_value(a, "model_a"), run_value(b, "model_b"), run_value(c, "model_a")) == (111.0, 222.0, 333.0)
-    assert "helper" not in sys.modules
-    modules = {type(backend._model).__module__ for backend in (a, b, c)}
-    assert len(modules) == 3 and all(m.startswith("_triton_nb_python_models.") for m in modules)
-
-
-def test_concurrent_instances_keep_their_own_siblings(tmp_path, backends):
-    a = backends(helper_model(tmp_path, "model_a", 1))
-    b = backends(helper_model(tmp_path, "model_b", 2))
-    failures: list[str] = []
-
-    def hammer(backend: PythonBackend, name: str, expected: float) -> None:
-        for _ in range(40):
-            got = run_value(backend, name)
-            if got != expected:
-                failures.append(f"{name}: {got}")
-
-    threads = [threading.Thread(target=hammer, args=(a, "model_a", 111.0)) for _ in range(3)]
-    threads += [threading.Thread(target=hammer, args=(b, "model_b", 222.0)) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
-    assert "helper" not in sys.modules
-
-
-def test_an_unrelated_module_of_the_same_name_survives(tmp_path, backends, monkeypatch):
-    import types
-
-    outsider = types.ModuleType("helper")
-    outsider.VALUE = -1
-    monkeypatch.setitem(sys.modules, "helper", outsider)
-    backend = backends(helper_model(tmp_path, "model_a", 4))
-    assert run_value(backend, "model_a") == 444.0
-    assert sys.modules["helper"] is outsider
-
-
-def test_versions_and_instances_of_one_model_have_their_own_modules(tmp_path, backends):
-    folder = helper_model(tmp_path, "m", 5)
-    (folder / "2").mkdir()
-    for file in ("model.py", "relative.py"):
-        (folder / "2" / file).write_text((folder / "1" / file).read_text())
-    (folder / "2" / "helper.py").write_text("VALUE = 6\n")
-    v1_first, v1_second = backends(folder, instance_name="m_0"), backends(folder, instance_name="m_1")
-    v2 = backends(folder, version=2)
-    assert (run_value(v1_first, "m"), run_value(v1_second, "m"), run_value(v2, "m")) == (555.0, 555.0, 665.0)
-    assert v1_first._loaded.scope.kept["helper"] is not v1_second._loaded.scope.kept["helper"]
 
 
 # --------------------------------------------------------------------------- tensors and helpers

@@ -392,6 +392,79 @@ def test_a_model_with_an_execution_env_runs_with_its_packages(tmp_path, monkeypa
     assert prefix in {str(p) for p in unpacked}  # the interpreter of the unpacked archive ran it
 
 
+AUTO_MODEL = '''
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+{imports}
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        {check}
+        config.add_input({{"name": "X", "data_type": "TYPE_FP32", "dims": [3]}})
+        config.add_output({{"name": "Y", "data_type": "TYPE_FP32", "dims": [3]}})
+        config.add_output({{"name": "COMPLETED_IN", "data_type": "TYPE_INT64", "dims": [1]}})
+        config.set_max_batch_size(4)
+        with open(os.path.join(os.path.dirname(__file__), "completed_in"), "w") as stream:
+            stream.write(str(os.getpid()))
+        return config
+
+    def execute(self, requests):
+        with open(os.path.join(os.path.dirname(__file__), "completed_in")) as stream:
+            pid = int(stream.read())
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("Y", {transform}(pb_utils.get_input_tensor_by_name(r, "X").as_numpy())),
+            pb_utils.Tensor("COMPLETED_IN", np.array([[pid]], dtype=np.int64))]) for r in requests]
+'''
+
+AUTO_CONFIG = """
+name: "{name}"
+backend: "python"
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_auto_complete_config_runs_where_the_instances_run(tmp_path, kind):
+    code = AUTO_MODEL.format(imports="", check="pass", transform="np.negative")
+    folder = write_model(tmp_path, "auto", AUTO_CONFIG.format(name="auto", extra=""), code)
+    with serve(tmp_path, python_instances=kind) as server:
+        config = server.model_config_json("auto")
+        assert [t["name"] for t in config["input"]] == ["X"] and config["max_batch_size"] == 4
+        result = server.client().infer("auto", {"X": np.array([[1.0, -2.0, 3.0]], np.float32)})
+    np.testing.assert_array_equal(result.as_numpy("Y"), [[-1.0, 2.0, -3.0]])
+    completed_in = int((folder / "1" / "completed_in").read_text())
+    assert (completed_in == os.getpid()) == (kind == "thread")  # a process instance's model: in a process
+
+
+def test_an_auto_complete_error_in_its_process_fails_the_load_naming_the_model(tmp_path):
+    code = AUTO_MODEL.format(imports="", check='raise ValueError("no inputs for you")', transform="np.negative")
+    write_model(tmp_path, "auto", AUTO_CONFIG.format(name="auto", extra=""), code)
+    with serve(tmp_path, python_instances="process") as server:
+        (entry,) = [e for e in server.repository_index() if e["name"] == "auto"]
+        assert entry["state"] == "UNAVAILABLE"
+        assert "model 'auto': auto_complete_config: no inputs for you" in entry["reason"]
+
+
+def test_auto_complete_of_an_execution_env_model_uses_its_packages(tmp_path, monkeypatch):
+    """The hook of a model whose packages only its packed environment has runs with that
+    environment: module-level imports included, as Triton's stub runs it."""
+    monkeypatch.setenv("TRITON_NB_ENV_CACHE", str(tmp_path / "cache"))
+    archive = _packed_environment(tmp_path)
+    extra = ('parameters { key: "EXECUTION_ENV_PATH" value: { string_value: '
+             '"$$TRITON_MODEL_DIRECTORY/cards_env.tar.gz" } }')
+    code = AUTO_MODEL.format(imports="import cardtools", check="assert cardtools.mask", transform="cardtools.mask")
+    folder = write_model(tmp_path / "repo", "packed_auto", AUTO_CONFIG.format(name="packed_auto", extra=extra), code)
+    archive.rename(folder / "cards_env.tar.gz")
+    with serve(tmp_path / "repo") as server:  # thread instances: the environment makes processes
+        result = server.client().infer("packed_auto", {"X": np.array([[1.0, 3.0, 5.0]], np.float32)})
+    np.testing.assert_array_equal(result.as_numpy("Y"), [[0.0, 3.0, 5.0]])
+    assert int((folder / "1" / "completed_in").read_text()) != os.getpid()
+
+
 # ---------------------------------------------------------------------- the batch layout
 
 
@@ -422,7 +495,18 @@ def test_a_batch_travels_joined_by_name_and_comes_back_per_request():
 
 def test_the_models_process_needs_only_the_standard_library_and_numpy(tmp_path):
     """What the stub imports of triton_nb stays free of protobuf, tritonclient, ml_dtypes, pandas and
-    prometheus_client: a packed environment (EXECUTION_ENV_PATH) may have numpy and nothing else."""
+    prometheus_client: a packed environment (EXECUTION_ENV_PATH) may have numpy and nothing else.
+    A model's custom metrics and its auto_complete_config work there too."""
+    version = tmp_path / "m" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(textwrap.dedent('''
+        class TritonPythonModel:
+            @staticmethod
+            def auto_complete_config(config):
+                config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [1]})
+                config.set_max_batch_size(2)
+                return config
+    '''))
     script = tmp_path / "check.py"
     script.write_text(textwrap.dedent(f'''
         import sys, types
@@ -437,6 +521,25 @@ def test_the_models_process_needs_only_the_standard_library_and_numpy(tmp_path):
         stub = runpy.run_path({python_process._python_stub.__file__!r})
         stub["_bare_packages"](sys.argv[2])
         import triton_nb.backends._process_channel, triton_nb.backends._tensor_arena, triton_nb.backends.python
+        # custom metrics work there too, and go to the server as messages
+        from triton_nb.backends import pb_utils
+        from triton_nb.backends.custom_metrics import CUSTOM_METRICS
+        class Channel:
+            sent = []
+            def send(self, message):
+                self.sent.append(message)
+        CUSTOM_METRICS.observe_with(stub["_MetricsToServer"](Channel()))
+        family = pb_utils.MetricFamily("stub_rows_total", "rows", pb_utils.MetricFamily.COUNTER)
+        metric = family.Metric(labels={{"model": "m"}})
+        metric.increment(2)
+        assert metric.value() == 2.0
+        assert Channel.sent == [("metric_family", "stub_rows_total", "rows", 0),
+                                ("metric_new", 1, "stub_rows_total", {{"model": "m"}}, None),
+                                ("metric_op", 1, "increment", 2.0)], Channel.sent
+        # and so does a model's auto_complete_config
+        from triton_nb.backends.python import complete_config_json
+        completed = complete_config_json({{"name": "m", "backend": "python"}}, "m", {str(version)!r}, "model.py")
+        assert completed["input"][0]["name"] == "X" and completed["max_batch_size"] == 2, completed
         print("ok")
     '''))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)

@@ -10,8 +10,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from triton_nb.fraud import FraudPreprocessor, encoding, generate_transactions
-from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS, FeatureEncoder, FeatureInputError, gather_columns
+from triton_nb.fraud import FraudPreprocessor, generate_transactions
+from triton_nb.fraud.encoding import (
+    ENCODED_COLUMNS,
+    FEATURE_NAMES,
+    RAW_INPUT_COLUMNS,
+    FeatureEncoder,
+    FeatureInputError,
+    gather_columns,
+)
+from triton_nb.fraud.encoding import columns as column_access
+from triton_nb.fraud.encoding import encoder as estimator
+from triton_nb.fraud.encoding import numeric as numeric_rules
+from triton_nb.fraud.encoding import rows as row_path
+from triton_nb.fraud.encoding import spellings as spelling_tables
+from triton_nb.fraud.encoding import text as text_rules
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_features import as_triton_request, messy_rows, reference
@@ -88,7 +101,7 @@ def test_only_small_batches_take_the_row_path(sample, encoder, monkeypatch):
 
     monkeypatch.setattr(encoder._rows, "_features", spy_features)
     monkeypatch.setattr(encoder._rows, "_one", spy_one)
-    limit = encoding._ROW_PATH_MAX_ROWS
+    limit = row_path._ROW_PATH_MAX_ROWS
     for rows in (1, limit, limit + 1, 300):
         encoder.transform(as_triton_request(sample.head(rows)))
         encoder.transform(sample.head(rows))  # a DataFrame: gathered, then as lists
@@ -147,10 +160,10 @@ SPELLINGS = [b"5411", b"-5411", b"0", b"-0", b"00", b"007", b"5411.0", b"5411.00
 def test_a_value_judged_canonical_is_left_as_it_is_by_the_rules(integer):
     column = "Zip" if integer else "Merchant City"
     raw = np.array(SPELLINGS, dtype="S")
-    judged = encoding._already_canonical(raw, integer=integer)
+    judged = text_rules._already_canonical(raw, integer=integer)
     for value, plain in zip(SPELLINGS, judged.tolist(), strict=True):
         try:
-            canonical = encoding._canonical_bytes(np.array([value], dtype="S"), column, b"UNKNOWN")[0]
+            canonical = text_rules._canonical_bytes(np.array([value], dtype="S"), column, b"UNKNOWN")[0]
         except FeatureInputError:
             assert not plain, value  # invalid UTF-8 is for the rules to refuse
             continue
@@ -183,7 +196,7 @@ def spoiled(request: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     request = {name: values.copy() for name, values in request.items()}
     tricky = [v for v in TEXT if isinstance(v, bytes) and b"\xff" not in v and b"\x00" not in v]
-    for name in (*encoding.ENCODED_COLUMNS, "Errors?"):
+    for name in (*ENCODED_COLUMNS, "Errors?"):
         rows = rng.choice(len(request[name]), size=max(1, len(request[name]) // 5), replace=False)
         request[name][rows, 0] = [tricky[i] for i in rng.integers(len(tricky), size=len(rows))]
     return request
@@ -203,7 +216,7 @@ def test_learned_spellings_answer_as_the_rules(sample, rows):
         np.testing.assert_array_equal(warm, expected)
         # the first call judged new values (unseen merchants at least), the second looked them up
         assert learned > 0 or request is not unseen
-        assert (len(encoder._locations.seen) > 0) == (rows > encoding._ROW_PATH_MAX_ROWS)  # whole columns only
+        assert (len(encoder._locations.seen) > 0) == (rows > row_path._ROW_PATH_MAX_ROWS)  # whole columns only
     # values learned on one path, looked up on the other
     small, large = spoiled(unseen, 1), as_triton_request(generate_transactions(400, seed=rows))
     large = {name: np.concatenate([small[name]] * 3 + [large[name]]) for name in large}
@@ -226,7 +239,7 @@ def test_unseen_states_and_an_unseen_online_keep_the_location_rules(sample):
     rows.loc[2::6, "Merchant State"] = "Atlantis"
     expected = reference(rows, classes)
     encoder = FeatureEncoder(classes)
-    zip_column = encoding.FEATURE_NAMES.index("Zip")
+    zip_column = FEATURE_NAMES.index("Zip")
     assert (expected[::3, zip_column] != encoder._rule_codes["Zip", b"FOREIGN"]).all()
     for batch in (rows.head(1), rows, pd.concat([rows] * 6, ignore_index=True)):
         request = as_triton_request(batch)
@@ -236,7 +249,7 @@ def test_unseen_states_and_an_unseen_online_keep_the_location_rules(sample):
 
 
 def test_what_is_learned_is_bounded(sample, monkeypatch):
-    monkeypatch.setattr(encoding, "_LEARNED_LIMIT", 10)
+    monkeypatch.setattr(spelling_tables, "_LEARNED_LIMIT", 10)
     encoder = FeatureEncoder(FraudPreprocessor().fit(sample).classes_)
     lookup = encoder._lookup["Merchant Name"]
     base = generate_transactions(200, seed=3)
@@ -273,7 +286,7 @@ def test_a_value_the_rules_refuse_is_refused_on_a_large_batch_and_not_learned(sa
 
 
 def test_locations_are_read_column_by_column_where_codes_do_not_pack(sample, monkeypatch):
-    monkeypatch.setattr(encoding, "_CODE_BITS", 3)  # 8 codes a column at most: these classes are wider
+    monkeypatch.setattr(estimator, "_CODE_BITS", 3)  # 8 codes a column at most: these classes are wider
     encoder = FeatureEncoder(FraudPreprocessor().fit(sample).classes_)
     assert not encoder._locations.usable
     batch = generate_transactions(400, seed=8)
@@ -308,16 +321,16 @@ AMOUNTS = [b"$0.00", b"$-0.00", b"$12.34", b"$-64.00", b"$1234567890123.99", b"$
 @pytest.mark.parametrize("spelling", AMOUNTS)
 def test_amounts_read_from_one_buffer_are_what_parsing_gives(spelling):
     values = np.array([b"$26.10", spelling, b"$-3.05", spelling], dtype=object)
-    fast = encoding._tabformer_amounts(values)
+    fast = numeric_rules._tabformer_amounts(values)
     try:
-        expected: np.ndarray | str = encoding._numeric(values.astype("S"), "Amount", currency=True)
+        expected: np.ndarray | str = numeric_rules._numeric(values.astype("S"), "Amount", currency=True)
     except FeatureInputError as exc:
         expected = str(exc)
     if fast is not None:  # taken: bit for bit what parsing the text gives, the sign of zero too
         assert isinstance(expected, np.ndarray)
         np.testing.assert_array_equal(fast.view(np.int64), expected.view(np.int64))
     try:
-        got: np.ndarray | str = encoding._numeric(values, "Amount", currency=True)
+        got: np.ndarray | str = numeric_rules._numeric(values, "Amount", currency=True)
     except FeatureInputError as exc:
         got = str(exc)
     assert type(got) is type(expected)
@@ -340,7 +353,7 @@ def test_times_read_from_one_buffer_are_what_the_rules_give(first, second):
     answers = []
     for array in (values, values.astype("S")):
         try:
-            answers.append(tuple(part.tolist() for part in encoding._hour_minute(array)))
+            answers.append(tuple(part.tolist() for part in numeric_rules._hour_minute(array)))
         except FeatureInputError as exc:
             answers.append(str(exc))
     assert answers[0] == answers[1]
@@ -349,10 +362,10 @@ def test_times_read_from_one_buffer_are_what_the_rules_give(first, second):
 def test_error_flags_looked_up_are_what_the_rules_give():
     spellings = [b"", b" ", b"nan", b" NaN ", b"None", b"null", b"<NA>", b"Bad PIN,", b"Insufficient Balance,",
                  b"\x00", b"a\x00", b"\xff", b"0"]
-    flags = encoding._ErrorFlags()
+    flags = spelling_tables._ErrorFlags()
     for first in spellings:
         values = np.array([first, *spellings, first], dtype=object)
-        expected = (~encoding._is_missing(encoding._as_bytes(values, "Errors?"))).astype(float)
+        expected = (~text_rules._is_missing(text_rules._as_bytes(values, "Errors?"))).astype(float)
         for _ in range(2):  # judged, then looked up
             got = flags.of_objects(values)
             if b"\x00" in b"".join(values.tolist()):
@@ -365,4 +378,25 @@ def test_error_flags_looked_up_are_what_the_rules_give():
 
 def test_the_numeric_columns_come_first():
     # the row path reads and writes them as one block
-    assert RAW_INPUT_COLUMNS[:5] == encoding._NUMERIC_COLUMNS == encoding.FEATURE_NAMES[:5]
+    assert RAW_INPUT_COLUMNS[:5] == column_access._NUMERIC_COLUMNS == FEATURE_NAMES[:5]
+
+
+def test_numpy_char_as_triton_images_have_it_gives_the_same_answers(sample, encoder, monkeypatch):
+    # Triton's Python backend needs numpy 1.x, which has no numpy.strings: there the rules run
+    # on numpy.char, whose functions differ in form (partition stacks its three parts). The
+    # same rules on numpy.char must give the same features and the same errors.
+    batch = messy_rows(sample, 400)
+    requests = [batch, as_triton_request(batch), as_triton_request(sample.head(300)), batch.head(7)]
+    bad = as_triton_request(sample.head(300))
+    bad["Time"][3, 0] = b"25:61"
+    with pytest.raises(FeatureInputError) as expected_error:
+        encoder.transform(bad)
+    expected = [encoder.transform(request) for request in requests]
+    for module in (text_rules, numeric_rules, spelling_tables):
+        monkeypatch.setattr(module, "_str", np.char)
+    legacy = FeatureEncoder(encoder.classes)
+    for request, features in zip(requests, expected, strict=True):
+        np.testing.assert_array_equal(legacy._transform_columns(gather_columns(request, RAW_INPUT_COLUMNS)), features)
+    with pytest.raises(FeatureInputError) as error:
+        legacy.transform(bad)
+    assert str(error.value) == str(expected_error.value)

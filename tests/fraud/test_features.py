@@ -429,13 +429,13 @@ def test_large_triton_batches_agree_before_and_after_their_values_are_learned(sa
     # Large batches of object bytes are looked up in the spellings seen so far; new values
     # (padded, "X.0", leading zeros, unseen, missing) must come out as the rules say, the first
     # time (judged by the rules) and every time after (looked up).
-    from triton_nb.fraud import encoding
+    from triton_nb.fraud.encoding.rows import _ROW_PATH_MAX_ROWS
 
     fitted = FraudPreprocessor().fit(sample)  # its own: nothing learned yet
     batch = messy_rows(sample, 600)
     triton_style = as_triton_request(batch)  # Zip as "91750.0"
     triton_style["MCC"][7::17, 0] = b" 0005411 "
-    assert len(batch) > encoding._ROW_PATH_MAX_ROWS
+    assert len(batch) > _ROW_PATH_MAX_ROWS
     expected = reference(batch.assign(MCC=[b" 0005411 " if i % 17 == 7 else v for i, v in enumerate(batch["MCC"])]),
                          fitted.classes_)
     lookup = fitted._encoder._lookup["MCC"]

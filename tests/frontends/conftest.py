@@ -3,6 +3,7 @@
 ``endpoint`` is module-scoped and parametrized over ``["triton_nb", "real_triton"]``: each test module
 that uses it starts each server once, on its own copy of the conformance repository, with explicit
 model control (all models loaded at start), so the repository tests can unload and load models.
+``http_client`` and ``grpc_client`` are tritonclient clients of that server, one per module.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from conformance_repo import write_conformance_repo
 from conformance_servers import SERVER_KINDS, Endpoint, start_server
 
@@ -23,3 +26,17 @@ def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         yield started.endpoint
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def http_client(endpoint):
+    client = httpclient.InferenceServerClient(endpoint.http_url, network_timeout=60.0)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grpc_client(endpoint):
+    client = grpcclient.InferenceServerClient(endpoint.grpc_url)
+    yield client
+    client.close()

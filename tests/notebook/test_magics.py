@@ -14,7 +14,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import triton_nb
 from triton_nb import fraud
-from triton_nb.notebook.magics import TritonMagics, _fraud_columns
+from triton_nb.fraud import label_predictions
+from triton_nb.notebook.magics import TritonMagics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from scale_models import write_scale_model
@@ -149,7 +150,7 @@ def test_bad_input_is_one_line_usage_error(shell, started):
     one_line_usage(infer("scael --protocol http", CSV), r"did you mean 'scale'")
     one_line_usage(infer("scale", 'X_0,X_1\n1,2,3,4\n"5'), r"not valid CSV")
     one_line_usage(infer("scale", "X_0,X_1\nabc,2"), r"must be numbers")
-    one_line_usage(infer("scale", "Z_0,Z_1\n1,2"), r"no column 'X'")
+    one_line_usage(infer("scale", "Z_0,Z_1\n1,2"), r"model 'scale': the DataFrame has no column\(s\) 'X'")
     one_line_usage(infer("scale", '[{"X": [1, 2]},'), r"not valid JSON")
     one_line_usage(infer("scale --format json", "{'X': 1"), r"not valid JSON")
     one_line_usage(infer("scale", "undefined_name_xyz"), r"NameError")
@@ -173,6 +174,19 @@ def test_perf(shell, started):
     assert (results["protocol"] == "grpc").all()
     one_line_usage(lambda: shell.run_line_magic("triton_perf", "scale --concurrency-range 1:x"), r"concurrency")
     one_line_usage(lambda: shell.run_line_magic("triton_perf", "sacle"), r"did you mean 'scale'")
+
+
+def test_perf_payload_flags(shell, started):
+    results = shell.run_line_magic(
+        "triton_perf", "scale --protocol http --concurrency-range 2 --measurement-interval 200 --input-tensor-format "
+                       "json --request-compression gzip --rows-per-request 1,4 --rows-per-request-weights 3,1")
+    row = results.iloc[0]
+    assert (row["input_tensor_format"], row["request_compression"]) == ("json", "gzip")
+    assert row["rows_per_request_mix"] == "1:75%,4:25%" and row["request_bytes"] > 0 and row["errors"] == 0
+    one_line_usage(lambda: shell.run_line_magic("triton_perf", "scale --concurrency-range 1 --input-tensor-format "
+                                                               "json"), r"--input-tensor-format.*'inprocess'")
+    one_line_usage(lambda: shell.run_line_magic("triton_perf", "scale --rows-per-request 1,x"),
+                   r"--rows-per-request must be comma-separated numbers")
 
 
 @pytest.fixture(scope="module")
@@ -223,12 +237,12 @@ def test_fraud_ensemble_from_tabformer_csv(shell, fraud_server, settings, tmp_pa
 
 
 def test_fraud_labels():
-    classes = _fraud_columns({"predictions": np.array([[0.0], [1.0]], dtype=np.float32)})
+    classes = label_predictions({"predictions": np.array([[0.0], [1.0]], dtype=np.float32)})
     assert classes.to_dict("list") == {"label": ["NOT FRAUD", "FRAUD"]}
-    probabilities = _fraud_columns({"predictions": np.array([[0.9, 0.1], [0.2, 0.8]], dtype=np.float32)})
+    probabilities = label_predictions({"predictions": np.array([[0.9, 0.1], [0.2, 0.8]], dtype=np.float32)})
     assert probabilities["label"].tolist() == ["NOT FRAUD", "FRAUD"]
     assert probabilities["fraud_probability"].round(2).tolist() == [0.1, 0.8]
-    assert _fraud_columns({"Y": np.zeros(2)}) is None
+    assert label_predictions({"Y": np.zeros(2)}) is None
 
 
 def test_stop_and_unload(shell, magics, tmp_path):

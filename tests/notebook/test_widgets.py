@@ -287,3 +287,43 @@ def test_fil_engine_options_reload_the_model(tmp_path, monkeypatch):
         assert "storage_type=DENSE" in status(tuner)
         tuner.buttons["save"].click()
         assert load_config(tmp_path / "trees").parameters["storage_type"].string_value == "DENSE"
+
+
+def test_the_payload_is_a_knob_of_measure_and_sweep(tmp_path):
+    write_scale_model(tmp_path, max_batch_size=8)
+    with serve(tmp_path, http_port=0, grpc_port=0) as server:
+        tuner = make_tuner(server)
+        tuner.controls["protocol"].value = "http"
+        tuner.controls["input_tensor_format"].value = "json"
+        tuner.controls["compression"].value = "gzip"
+        tuner.buttons["measure"].click()
+        assert tuner.wait(30)
+        point = tuner.points.iloc[-1]
+        assert "in=json" in point["config"] and "req_zip=gzip" in point["config"], status(tuner)
+        assert point["knobs"]["request_compression"] == "gzip"
+
+        tuner.controls["input_tensor_format"].value = "binary"
+        tuner.controls["compression"].value = "none"
+        tuner.controls["sweep_delays"].value = "0,500"
+        tuner.controls["sweep_instances"].value = "1"
+        tuner.controls["sweep_formats"].value = True
+        tuner.buttons["sweep"].click()
+        assert tuner.wait(60)
+        swept = tuner.points[tuner.points["source"] == "sweep"]
+        assert len(swept) == 4 and swept["config"].nunique() == 4, status(tuner)
+        assert swept["config"].str.contains("in=json").sum() == 2  # format x delay, labelled on the plot
+        legend = [text.get_text() for text in tuner.figure.axes[0].get_legend().get_texts()]
+        assert sum("in=json" in label for label in legend) >= 2
+        assert set(tuner.result.recommended) >= {"input_tensor_format", "max_queue_delay_microseconds"}
+        config = server.model_config("scale")  # the server's config came back; the payload never touched it
+        assert config.dynamic_batching.max_queue_delay_microseconds == 2000
+
+        tuner.controls["protocol"].value = "grpc"
+        tuner.controls["compression"].value = "gzip"
+        tuner.buttons["measure"].click()
+        assert tuner.wait(30)
+        assert "grpc_zip=gzip" in tuner.points["config"].iloc[-1], status(tuner)
+
+        tuner.controls["protocol"].value = "inprocess"
+        tuner.buttons["sweep"].click()  # the payload swept in-process: one line, nothing raised
+        assert "in-process calls have no wire format" in status(tuner)

@@ -334,11 +334,8 @@ def test_answers_that_come_at_once_do_not_recurse():
 def test_measure_refuses_what_it_cannot_do(scale_server):
     with pytest.raises(InvalidArgumentError, match="concurrency_range or request_rate_range"):
         measure(scale_server, "scale")
-    with pytest.raises(InvalidArgumentError, match=r"has no http endpoint"):
-        from triton_nb.perf.load import ServerTarget
-
-        with serve(scale_server.repository) as bare:
-            ServerTarget(bare, "http")
+    with serve(scale_server.repository) as bare, pytest.raises(InvalidArgumentError, match=r"has no http endpoint"):
+        measure(bare, "scale", concurrency_range=[1], protocol="http")
 
 
 def test_measuring_a_real_triton(tmp_path):

@@ -139,13 +139,12 @@ def test_mistakes_exit_2_with_one_line(repo, capsys, argv, message):
     assert re.search(message, lines[0]), lines[0]
 
 
-def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, monkeypatch):
-    from sequence_models import write_sequence_models
-
+@pytest.fixture
+def measured_options(monkeypatch):
+    """The options each ``perf.measure`` call got from the command, in order (the calls still run)."""
     import triton_nb.perf
 
-    write_sequence_models(tmp_path / "seq")
-    seen = []
+    seen: list[dict] = []
     real_measure = triton_nb.perf.measure
 
     def recording_measure(*args, **options):
@@ -153,6 +152,15 @@ def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, monkeypatch
         return real_measure(*args, **options)
 
     monkeypatch.setattr(triton_nb.perf, "measure", recording_measure)
+    return seen
+
+
+def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, measured_options):
+    from sequence_models import write_sequence_models
+
+
+    write_sequence_models(tmp_path / "seq")
+    seen = measured_options
     assert main(["perf", "-m", "card_count", "--model-repository", str(tmp_path / "seq"), "-i", "grpc",
                  "--concurrency-range", "2", "--sequence-length", "3", "--sequence-length-variation", "0",
                  "--sequence-id-range", "100:104", *SHORT]) == 0
@@ -181,17 +189,9 @@ def test_bad_sequence_flags_exit_2_with_one_line(repo, capsys, flags, message):
     assert re.search(message, captured.err), captured.err
 
 
-def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, monkeypatch):
-    import triton_nb.perf
+def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, measured_options):
 
-    seen = []
-    real_measure = triton_nb.perf.measure
-
-    def recording_measure(*args, **options):
-        seen.append(options)
-        return real_measure(*args, **options)
-
-    monkeypatch.setattr(triton_nb.perf, "measure", recording_measure)
+    seen = measured_options
     assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--concurrency-range", "2",
                  "--shared-memory", "system", "--output-shared-memory-size", "4096", *SHORT]) == 0
     printed = capsys.readouterr().out
@@ -216,4 +216,42 @@ def test_bad_shared_memory_flags_exit_2_with_one_line(repo, capsys, flags, messa
     assert status == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert re.search(message, captured.err), captured.err
+
+
+def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, measured_options):
+
+    seen = measured_options
+    assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--concurrency-range", "2",
+                 "--input-tensor-format", "json", "--output-tensor-format", "json", "--request-compression", "gzip",
+                 "--response-compression", "deflate", "-b", "1,4", "--batch-size-weights", "3,1", *SHORT]) == 0
+    printed = capsys.readouterr().out
+    assert "input tensor format json" in printed and "{1: 3, 4: 1} row(s) per request" in printed
+    header = next(line for line in printed.splitlines() if line.startswith("Concurrency"))
+    assert "Req bytes" in header and "Resp bytes" in header
+    row = _table(printed, "Concurrency")[0]
+    assert int(row[9]) > 0 and int(row[10]) > 0  # the bytes, after the level and eight timings
+    assert {k: seen[0][k] for k in ("input_tensor_format", "output_tensor_format", "request_compression",
+                                    "response_compression", "grpc_compression_algorithm", "rows_per_request",
+                                    "rows_per_request_weights")} == {
+        "input_tensor_format": "json", "output_tensor_format": "json", "request_compression": "gzip",
+        "response_compression": "deflate", "grpc_compression_algorithm": "none", "rows_per_request": [1, 4],
+        "rows_per_request_weights": [3.0, 1.0]}
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--input-tensor-format", "json"], r"--input-tensor-format applies to -i http, not inprocess"),
+    (["--request-compression", "gzip", "-i", "grpc"], r"--request-compression applies to -i http, not grpc"),
+    (["--grpc-compression-algorithm", "gzip", "-i", "http"], r"--grpc-compression-algorithm applies to -i grpc"),
+    (["--input-tensor-format", "csv"], r"argument --input-tensor-format: invalid choice: 'csv'"),
+    (["-b", "1,x"], r"argument -b/--batch-size: expected comma-separated numbers"),
+    (["-b", "1,4", "--batch-size-weights", "1"], r"--batch-size-weights gives 1 weight\(s\) for 2 size\(s\)"),
+])
+def test_bad_payload_flags_exit_2_with_one_line(repo, capsys, flags, message):
+    try:
+        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
     assert re.search(message, captured.err), captured.err

@@ -121,11 +121,20 @@ def _successes(server, model: str) -> int:
     return int(entry["inference_stats"]["success"]["count"])
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_sequences_of_three_at_concurrency_two(seq_server, protocol):
+# the payload options with sequences: the patched bodies stay JSON (and are compressed per request)
+_PAYLOADS = {"inprocess": {}, "http": {}, "grpc": {},
+             "http json gzip": {"input_tensor_format": "json", "output_tensor_format": "json",
+                                "request_compression": "gzip", "response_compression": "gzip"},
+             "grpc gzip": {"grpc_compression_algorithm": "gzip"}}
+
+
+@pytest.mark.parametrize("case", list(_PAYLOADS))
+def test_sequences_of_three_at_concurrency_two(seq_server, case):
+    protocol = case.split()[0]
     seq_server.sequence_log.unlink(missing_ok=True)
     before = _successes(seq_server, "seq_check")
-    results = measure(seq_server, "seq_check", concurrency_range=2, protocol=protocol, sequence_length=3, **SHORT)
+    results = measure(seq_server, "seq_check", concurrency_range=2, protocol=protocol, sequence_length=3, **SHORT,
+                      **_PAYLOADS[case])
     row = results.iloc[0]
     assert row["errors"] == 0 and row["completed_requests"] > 0
     assert row["sequence_length"] == 3 and row["protocol"] == protocol

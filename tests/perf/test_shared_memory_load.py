@@ -23,6 +23,7 @@ from triton_nb.perf import load as load_module
 from triton_nb.perf import measure
 from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, encode_grpc, encode_http
 from triton_nb.perf.load import SHARED_MEMORY_PREFIX, SystemSharedMemory
+from triton_nb.transport import connect
 
 measure_module = importlib.import_module("triton_nb.perf.measure")  # the module, not the function
 
@@ -125,7 +126,7 @@ def test_a_sequence_model_over_http_in_shared_memory(server):
 def test_the_server_writes_outputs_into_the_region(server):
     requests = [{"X": np.array([[1.5, -2.0]], np.float32)}, {"X": np.array([[3.0, 4.0]], np.float32)}]
     config = server.model_config_json("scale")
-    with load_module.ServerTarget(server, "http").shared_memory_client() as client, \
+    with connect(server, "http") as client, \
             SystemSharedMemory(client, config, requests) as regions:
         load = load_module.NetworkLoad("http", server.endpoints["http"], "scale", requests, concurrency=1,
                                        shared_memory=regions)
@@ -148,7 +149,7 @@ def test_the_server_writes_outputs_into_the_region(server):
 def test_a_region_that_went_missing_counts_as_errors(server, protocol):
     requests = [{"X": np.ones((1, 2), np.float32)}]
     config = server.model_config_json("scale")
-    with load_module.ServerTarget(server, protocol).shared_memory_client() as client, \
+    with connect(server, protocol) as client, \
             SystemSharedMemory(client, config, requests) as regions:
         server.shared_memory.unregister(regions.input_region)  # gone before the first request
         load = load_module.NetworkLoad(protocol, server.endpoints[protocol], "scale", requests, concurrency=2,

@@ -4,6 +4,7 @@ in-kernel server."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -17,10 +18,10 @@ from scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import tune
-from triton_nb.perf.load import Target
 from triton_nb.perf.stats import Completions
 from triton_nb.perf.tune import config_with_knobs, knobs_of
 from triton_nb.repository.config import load_config
+from triton_nb.transport import Transport
 
 ORIGINAL = {"name": "m", "backend": "python", "max_batch_size": 16,
             "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2]}],
@@ -58,8 +59,12 @@ class FakeLoad:
         pass
 
 
-class FakeTarget(Target):
-    protocol = "inprocess"
+class FakeTarget(Transport):
+    """A remote server whose figures follow its knobs: each knob change is a reload with a config
+    override (Triton's load API), as tune makes it on a server that is not in this process."""
+
+    protocol = "http"
+    url = "fake:8000"
 
     def __init__(self, plateau: bool = False) -> None:
         self.knobs = knobs_of(ORIGINAL, ["max_queue_delay_microseconds", "instance_count"])
@@ -67,24 +72,38 @@ class FakeTarget(Target):
         self.restored: list[dict] = []
         self.plateau = plateau
 
-    def config(self, model: str) -> dict:
+    def model_config(self, model: str, model_version: str = "") -> dict:
         return config_with_knobs(ORIGINAL, self.knobs)
 
-    def statistics(self) -> dict:
+    def statistics(self, model: str = "", model_version: str = "") -> dict:
         return {"model_stats": [{"name": "m", "version": "1", "inference_stats": {}, "batch_stats": []}]}
 
-    def load(self, model, requests, concurrency=None, **_):
+    def make_load(self, concurrency: int) -> FakeLoad:
         rate = min(concurrency * 2000.0, 6000.0 if self.plateau else capacity(self.knobs))
         latency_s = concurrency / rate + self.knobs["max_queue_delay_microseconds"] / 1e6
         return FakeLoad(rate, int(latency_s * 1e9))
 
-    def apply(self, model: str, knobs: dict) -> None:
-        self.knobs = {**self.knobs, **knobs}
-        self.applied.append(dict(knobs))
+    def load_model(self, model: str, config=None) -> None:
+        knobs = knobs_of(config, ["max_queue_delay_microseconds", "instance_count"])
+        if config == config_with_knobs(ORIGINAL, knobs_of(ORIGINAL, list(knobs))):
+            self.restored.append(config)  # the original config, put back
+        else:
+            self.applied.append(knobs)
+        self.knobs = knobs
 
-    def restore(self, model: str, original: dict) -> None:
-        self.knobs = knobs_of(original, ["max_queue_delay_microseconds", "instance_count"])
-        self.restored.append(original)
+
+@pytest.fixture(autouse=True)
+def fake_loads(monkeypatch):
+    """Loads on a FakeTarget come from its formulas (where measure looks open_load up)."""
+    measure_module = importlib.import_module("triton_nb.perf.measure")  # the package's `measure` is the function
+    real = measure_module.open_load
+
+    def open_load(transport, model, requests, concurrency=None, **level):
+        if isinstance(transport, FakeTarget):
+            return transport.make_load(concurrency)
+        return real(transport, model, requests, concurrency=concurrency, **level)
+
+    monkeypatch.setattr(measure_module, "open_load", open_load)
 
 
 KNOBS = {"max_queue_delay_microseconds": [0, 500, 2000], "instance_count": [1, 2, 4]}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb import fraud
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.fraud import encoding
 from triton_nb.repository import (
     BatchingOptions,
     export_fraud_repository,
@@ -25,6 +28,7 @@ from triton_nb.repository import (
 
 RAW = list(fraud.RAW_INPUT_COLUMNS)
 FP32 = {"User", "Card", "Year", "Month", "Day"}
+ENCODING_SOURCES = sorted(path.name for path in Path(encoding.__file__).parent.glob("*.py"))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def test_folder_contents(repo):
         "ensemble/config.pbtxt",
         "fil/1/xgboost.json",
         "fil/config.pbtxt",
-        "preprocessing/1/fraud_encoding.py",
+        *(f"preprocessing/1/fraud_encoding/{name}" for name in ENCODING_SOURCES),
         "preprocessing/1/fraud_safe_pickle.py",
         "preprocessing/1/label_encoders.json",
         "preprocessing/1/label_encoders.pkl",
@@ -50,6 +54,57 @@ def test_folder_contents(repo):
     ]
     assert (repo / "ensemble" / "1").is_dir()
     assert validate_repository(repo) == []
+
+
+def test_the_encoding_package_ships_whole_and_as_it_is(repo):
+    # fraud_encoding/ is triton_nb.fraud.encoding itself, every module of it and nothing more
+    assert {"__init__.py", "encoder.py", "rows.py"} <= set(ENCODING_SOURCES)
+    source = Path(encoding.__file__).parent
+    for name in ENCODING_SOURCES:
+        assert (repo / "preprocessing" / "1" / "fraud_encoding" / name).read_bytes() == (source / name).read_bytes()
+
+
+def test_the_encoding_package_imports_numpy_and_its_own_modules_alone():
+    # It runs in Triton images, where triton_nb is not installed; its modules import one another
+    # relatively (so they work as fraud_encoding.*) and in one direction, each from those before.
+    order = ["columns", "text", "numeric", "spellings", "rows", "encoder", "__init__"]
+    assert sorted(order) == sorted(name.removesuffix(".py") for name in ENCODING_SOURCES)
+    for path in Path(encoding.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, (path.name, node.module)
+                for module in [node.module] if node.module else [alias.name for alias in node.names]:
+                    assert order.index(module.partition(".")[0]) < order.index(path.stem), (path.name, module)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module]
+                for name in names:
+                    top = name.partition(".")[0]
+                    assert top in ("numpy", "__future__") or top in sys.stdlib_module_names, (path.name, name)
+
+
+def test_a_shipped_package_leaves_bytecode_and_other_files_behind(tmp_path, monkeypatch):
+    from triton_nb.repository.export import _write_package
+
+    package = tmp_path / "src" / "rules_pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "__pycache__" / "part.cpython-312.pyc").write_bytes(b"bytecode")
+    (package / "sub" / "__pycache__").mkdir(parents=True)
+    (package / "notes").mkdir()  # a folder that is no package
+    (package / "notes" / "todo.py").write_text("X = 0\n")
+    for name, text in {"__init__.py": "from . import part\n", "part.py": "X = 1\n", "README.txt": "words",
+                       "sub/__init__.py": "", "sub/deep.py": "Y = 2\n", "part.pyc": "stale"}.items():
+        (package / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    (tmp_path / "out").mkdir()
+    try:
+        _write_package("rules_pkg", tmp_path / "out" / "shipped")
+    finally:  # finding its files imported it: it must not linger for later tests
+        for name in [name for name in sys.modules if name.partition(".")[0] == "rules_pkg"]:
+            del sys.modules[name]
+    assert sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")) == [
+        "shipped", "shipped/__init__.py", "shipped/part.py", "shipped/sub", "shipped/sub/__init__.py",
+        "shipped/sub/deep.py",
+    ]
 
 
 def test_preprocessing_config_has_the_examples_tensors(repo):
@@ -108,6 +163,8 @@ sys.meta_path.insert(0, Block())
 sys.path.insert(0, {str(repo / 'preprocessing' / '1')!r})
 import numpy as np, pandas as pd
 import fraud_encoding, fraud_safe_pickle
+assert fraud_encoding.__file__ == {str(repo / 'preprocessing' / '1' / 'fraud_encoding' / '__init__.py')!r}
+assert fraud_encoding.encoder.__name__ == 'fraud_encoding.encoder'  # its modules, relative to it
 classes = fraud_safe_pickle.load_label_encoders({str(repo / 'preprocessing' / '1' / 'label_encoders.pkl')!r})
 rows = pd.read_pickle({str(tmp_path / 'rows.pkl')!r})
 got = fraud_encoding.FeatureEncoder(classes).transform(rows)
@@ -215,6 +272,9 @@ def test_sagemaker_package(repo, tmp_path):
         names = archive.getnames()
     assert "ensemble/config.pbtxt" in names and "fil/1/xgboost.json" in names
     assert "preprocessing/1/model.py" in names
+    assert sorted(name for name in names if name.startswith("preprocessing/1/fraud_encoding/")) == [
+        f"preprocessing/1/fraud_encoding/{name}" for name in ENCODING_SOURCES
+    ]
     assert not any(name.startswith(("/", "./", "repo/")) or name == "config.pbtxt" for name in names)
     assert package_for_sagemaker(repo, tmp_path / "m2.tar.gz", default_model_name="fil").default_model_name == "fil"
 

@@ -15,8 +15,8 @@ from sklearn import ensemble
 from sklearn.datasets import make_classification, make_regression
 from sklearn.linear_model import LogisticRegression
 
-from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.repository.fil_semantics import FilSettings, fil_output
 from triton_nb.repository.tree_export import (
     TreeModelInfo,
     describe_tree_model,

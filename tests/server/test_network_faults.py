@@ -38,7 +38,7 @@ from tritonclient.grpc import service_pb2_grpc
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server import network
-from triton_nb.server.http import MAX_HEAD_BYTES
+from triton_nb.server.http_protocol import MAX_HEAD_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_TIMEOUT_S = 2.0  # short, so a slow client is cut in a test's time

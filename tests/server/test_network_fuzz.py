@@ -332,7 +332,8 @@ GRPC_CASES = [
     _grpc_case("unknown-version", _grpc_request(version="7"), grpc.StatusCode.NOT_FOUND,
                r"unknown model: 'scale' version 7 is not found"),
     _grpc_case("version-not-a-number", _grpc_request(version="x"), _INVALID,
-               r"model 'scale': version 'x' must be a whole number > 0"),
+               r"failed to get model version from specified version string 'x' \(details: stol\), version should be an "
+               r"integral value > 0"),
     _grpc_case("message-over-the-limit", _grpc_request(raw=[b"\0" * (2 * MAX_BODY)]),
                grpc.StatusCode.RESOURCE_EXHAUSTED, r"larger than max"),
 ]

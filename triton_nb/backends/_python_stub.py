@@ -10,7 +10,8 @@ model's own (``EXECUTION_ENV_PATH``), with the standard library and numpy and no
 What it does (Triton's stub process does the same for its model):
 
 1. receives ``("init", settings)``, creates the instance (``initialize``), answers ``("ready", pid)``
-   or ``("init_failed", message)``;
+   or ``("init_failed", message)`` — or, started for nothing else, ``("autocomplete", job)``: runs the
+   model's ``auto_complete_config`` before the server creates instances, answers and exits;
 2. answers each ``("execute", batch, arena, requests)`` — inputs read from the server's arena —
    with ``("done", batch, arena, responses)``, outputs written into its own arena, or
    ``("failed", batch, error)``; a decoupled model's responses go as ``("response", batch, index,
@@ -40,8 +41,7 @@ from typing import Any
 def _bare_packages(package_dir: str) -> None:
     """Make ``triton_nb.<module>`` importable without running the package's ``__init__`` (which
     imports the whole server and its dependencies)."""
-    for name, path in (("triton_nb", package_dir), ("triton_nb.backends", os.path.join(package_dir, "backends")),
-                       ("triton_nb.server", os.path.join(package_dir, "server"))):
+    for name, path in (("triton_nb", package_dir), ("triton_nb.backends", os.path.join(package_dir, "backends"))):
         module = types.ModuleType(name)
         module.__path__ = [path]
         sys.modules[name] = module
@@ -112,62 +112,31 @@ class _ServerProxy:
             future.set_exception(error)
 
 
-class _ForwardedMetric:
-    """A ``pb_utils`` Metric's handle in this process that also sends each change to the server,
-    which keeps the series it exports (the checks and Triton's errors stay here, where the model
-    gets them)."""
+class _MetricsToServer:
+    """Mirrors the model's ``pb_utils.MetricFamily`` / ``Metric`` on the server (a
+    ``MetricsObserver`` of this process's registry): families and series are created there too,
+    under the model's server scope, and every change follows. The checks and Triton's errors stay
+    here, where the model gets them."""
 
-    def __init__(self, handle: Any, channel: Any, metric: int) -> None:
-        self._handle, self._channel, self._metric = handle, channel, metric
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        self._ids = itertools.count(1)
 
-    def _forward(self, operation: str, value: float) -> None:
+    def _send(self, message: tuple) -> None:
         with contextlib.suppress(OSError):
-            self._channel.send(("metric_op", self._metric, operation, value))
+            self._channel.send(message)
 
-    def increment(self, value: float) -> None:
-        self._handle.increment(value)
-        self._forward("increment", value)
+    def family_registered(self, name: str, description: str, kind: int) -> None:
+        self._send(("metric_family", name, description, kind))
 
-    def set(self, value: float) -> None:
-        self._handle.set(value)
-        self._forward("set", value)
+    def metric_created(self, family: str, labels: dict[str, str], buckets: list[float] | None) -> Any:
+        metric = next(self._ids)
+        self._send(("metric_new", metric, family, labels, buckets))
 
-    def observe(self, value: float) -> None:
-        self._handle.observe(value)
-        self._forward("observe", value)
+        def changed(operation: str, value: float) -> None:
+            self._send(("metric_op", metric, operation, value))
 
-    def value(self) -> float:
-        return self._handle.value()
-
-    def invalidate(self, reason: str | None = None) -> None:
-        self._handle.invalidate(reason)
-
-
-def _forward_metrics(channel: Any) -> None:
-    """Route ``pb_utils.MetricFamily`` / ``Metric`` of the model through the server: families and
-    series are created there too, under the model's server scope, and every change follows."""
-    try:
-        from triton_nb.server import metrics
-    except ImportError:  # a model's own environment without prometheus_client: metrics stay here
-        return
-    ids = itertools.count(1)
-
-    class Forwarding(metrics.CustomMetricsRegistry):
-        def family(self, name: str, description: str, kind: int) -> Any:
-            family = super().family(name, description, kind)
-            with contextlib.suppress(OSError):
-                channel.send(("metric_family", name, description, kind))
-            return family
-
-        def metric(self, family: Any, labels: Any, buckets: Any, owner: Any) -> Any:
-            handle = super().metric(family, labels, buckets, owner)
-            metric = next(ids)
-            with contextlib.suppress(OSError):
-                channel.send(("metric_new", metric, family.name, dict(labels or {}),
-                              None if buckets is None else [float(b) for b in buckets]))
-            return _ForwardedMetric(handle, channel, metric)
-
-    metrics.CUSTOM_METRICS = Forwarding()  # pb_utils looks it up on every MetricFamily and Metric
+        return changed
 
 
 class _ChannelLog(logging.Handler):
@@ -182,23 +151,44 @@ class _ChannelLog(logging.Handler):
             self._channel.send(("log", record.levelno, record.getMessage()))
 
 
+def _auto_complete(channel: Any, job: dict[str, Any]) -> int:
+    """A one-off process: the model's ``auto_complete_config`` with this interpreter, answered as
+    ``("autocompleted", config_json_or_None)`` or ``("autocomplete_failed", error)``."""
+    from triton_nb.backends._process_channel import error_to_wire
+    from triton_nb.backends.python import complete_config_json
+    from triton_nb.errors import InternalError, TritonNBError
+
+    try:
+        completed = complete_config_json(job["config"], job["name"], job["version_path"], job["filename"])
+    except BaseException as exc:
+        error = exc if isinstance(exc, TritonNBError) else InternalError(
+            f"model '{job['name']}': auto_complete_config failed: {type(exc).__name__}: {exc}")
+        channel.send(("autocomplete_failed", error_to_wire(error)))
+        return 1
+    channel.send(("autocompleted", completed))
+    return 0
+
+
 def main() -> int:
     fd, package_dir = int(sys.argv[1]), sys.argv[2]
     _bare_packages(package_dir)
     from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
     from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, unpack_batch
     from triton_nb.backends.base import ModelContext
+    from triton_nb.backends.custom_metrics import CUSTOM_METRICS
     from triton_nb.backends.python import PythonBackend, PythonModelSettings
     from triton_nb.errors import InternalError, TritonNBError
     from triton_nb.tensors import InferRequest
 
     channel = Channel(socket.socket(fileno=fd))
     message = channel.recv()
+    if message is not None and message[0] == "autocomplete":
+        return _auto_complete(channel, message[1])
     if message is None or message[0] != "init":
         return 1
     init: dict[str, Any] = message[1]
     proxy = _ServerProxy(channel, init["model_control_mode"])
-    _forward_metrics(channel)
+    CUSTOM_METRICS.observe_with(_MetricsToServer(channel))
     handler = _ChannelLog(channel)
     logger = logging.getLogger(f"triton_nb.python_backend.{init['name']}")
     logger.addHandler(handler)

@@ -18,7 +18,7 @@ so two things that are free in Triton need care:
   repositories (or two servers) with a model of the same name never share a module. ``<pkg>``
   is a package whose ``__path__`` is the version folder, so relative imports
   (``from . import helper``) load the folder's files under the same unique prefix.
-* **Sibling modules** (``import fraud_encoding`` of a file beside ``model.py``) are top-level
+* **Sibling modules** (``import fraud_encoding`` of a file or package beside ``model.py``) are top-level
   names, which Python caches process-wide in ``sys.modules``. Every import of model code runs
   inside an :class:`_ImportScope` (under one process-wide lock): it puts the version folder and
   the model folder first on ``sys.path`` (Triton adds both, at the end; first here, so a user's
@@ -41,9 +41,10 @@ so two things that are free in Triton need care:
   Triton's examples do. Because the lock is held through ``initialize``, Python models load one
   at a time.
 
-How BLS finds the server: see :mod:`triton_nb.backends.pb_utils` (a context variable set
-around every call into the model, plus a registry of the model's modules for threads the model
-starts).
+The backend drives the model's pb_utils objects through :mod:`triton_nb.backends._pb_bridge`
+(the calling instance, the wrapping of requests, the conversion of responses); how BLS finds the
+server is described in :mod:`triton_nb.backends._pb_context` (a context variable set around every
+call into the model, plus a registry of the model's modules for threads the model starts).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triton_nb.backends import _pb_bridge as bridge
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
@@ -76,7 +78,7 @@ from triton_nb.tensors import InferRequest, InferResponse
 if TYPE_CHECKING:  # the config's protobuf is imported where it is used: a process instance runs without it
     from triton_nb.repository.config import ModelConfig
 
-__all__ = ["PythonBackend", "PythonModelSettings", "auto_complete", "install_pb_utils"]
+__all__ = ["PythonBackend", "PythonModelSettings", "auto_complete", "complete_config_json", "install_pb_utils"]
 
 log = logging.getLogger(__name__)
 
@@ -357,28 +359,40 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
     Called by the server before creating instances, with the config as read (the version
     folder says which ``model.py``). Returns the completed config; ``config`` is not changed.
     As in Triton, the module is loaded in a throw-away namespace: nothing created here is
-    visible to the instances.
+    visible to the instances. A model that runs in processes of its own has this run there
+    (:func:`triton_nb.backends.python_process.auto_complete_in_process`), with its interpreter.
     """
     from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
 
+    name = config.name or Path(version_path).parent.name
+    completed = complete_config_json(config_to_json(config), name, version_path, _model_filename(config))
+    if completed is None:
+        unchanged = ModelConfig()
+        unchanged.CopyFrom(config)
+        return unchanged
+    return config_from_json(completed, source=f"model '{name}': auto_complete_config result")
+
+
+def complete_config_json(data: dict[str, Any], name: str, version_path: str | Path,
+                         filename: str) -> dict[str, Any] | None:
+    """The model's ``auto_complete_config`` on ``data`` (the config in Triton's JSON form): the
+    completed config as JSON, or None when the model defines no hook. Needs no protobuf, so a
+    model's own process runs it too."""
     version_path = Path(version_path)
-    name = config.name or version_path.parent.name
     loaded = _LoadedModule(name, _version_of(version_path), "autocomplete", version_path, version_path.parent,
-                           _model_filename(config))
+                           filename)
     module = loaded.load()
-    context = pb_utils._CallContext(name, _version_of(version_path), None,
-                                    logging.getLogger(f"triton_nb.python_backend.{name}"), loaded.version_dir)
+    context = bridge.CallContext(name, _version_of(version_path), None,
+                                 logging.getLogger(f"triton_nb.python_backend.{name}"), loaded.version_dir)
     try:
         model_class = getattr(module, "TritonPythonModel", None)
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
-            completed = ModelConfig()
-            completed.CopyFrom(config)
-            return completed
-        data = config_to_json(config)
+            return None
+        data = dict(data)
         if not data.get("name"):
             data["name"] = name  # for the messages of pb_utils.ModelConfig
-        with loaded.scope.active(), pb_utils._calling(context):
+        with loaded.scope.active(), bridge.calling(context):
             try:
                 result = hook(pb_utils.ModelConfig(data))
             except ValueError as exc:
@@ -389,7 +403,7 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
             raise InternalError(
                 f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
             )
-        return config_from_json(result.as_dict(), source=f"model '{name}': auto_complete_config result")
+        return result.as_dict()
     finally:
         loaded.unload()
 
@@ -456,8 +470,8 @@ class PythonBackend(Backend):
         filename = "model.py" if backend_folder is not None else settings.filename
         self._loaded = _LoadedModule(context.name, context.version, context.instance_name, context.version_path,
                                      context.model_path, filename, code_dir=backend_folder)
-        self._call = pb_utils._CallContext(context.name, context.version, context.server, self._logger,
-                                           self._loaded.version_dir)
+        self._call = bridge.CallContext(context.name, context.version, context.server, self._logger,
+                                        self._loaded.version_dir)
         self._loaded.scope.on_new_modules = self._own
         self._events: _EventLoop | None = None
         self._events_lock = threading.Lock()
@@ -469,7 +483,7 @@ class PythonBackend(Backend):
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:
                 raise InternalError(f"{self._loaded.file} does not define class TritonPythonModel")
-            with self._loaded.scope.active(), pb_utils._calling(self._call):
+            with self._loaded.scope.active(), bridge.calling(self._call):
                 self._model = model_class()
                 initialize = getattr(self._model, "initialize", None)
                 if initialize is not None:
@@ -498,21 +512,21 @@ class PythonBackend(Backend):
 
     def _own(self, modules: list[types.ModuleType]) -> None:
         for module in modules:
-            pb_utils._register_owner(module, self._call)
+            bridge.register_owner(module, self._call)
 
     def _release(self) -> None:
         if self._events is not None:
             self._events.close()
             self._events = None
         for module in self._loaded.modules():
-            pb_utils._unregister_owner(module)
+            bridge.unregister_owner(module)
         self._loaded.unload()
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         wrapped = [self._wrap(request) for request in requests]
         try:
-            with pb_utils._calling(self._call):
+            with bridge.calling(self._call):
                 result = self._model.execute(wrapped)
                 if inspect.iscoroutine(result):
                     if self.decoupled:  # as Triton: run in the background, the next batch may start
@@ -520,97 +534,37 @@ class PythonBackend(Backend):
                         return None
                     result = self._run_coroutine(result)
         except _MODEL_ERRORS as exc:
-            self._close_senders(wrapped)
+            bridge.close_senders(wrapped)
             self._logger.error("model '%s': execute failed", self.name, exc_info=True)
             raise InternalError(
                 f"Failed to process the request(s) for model '{self.name}', message: {_describe(exc)}"
             ) from exc
         if self.decoupled:
             if result is not None:
-                self._close_senders(wrapped)
+                bridge.close_senders(wrapped)
                 raise InternalError(
                     f"Python model '{self.name}' is using the decoupled mode and the execute function must return None."
                 )
             return None
-        return self._collect(requests, wrapped, result)
+        return bridge.server_responses(requests, wrapped, result, self.name, self.context.version)
 
     def _wrap(self, request: InferRequest) -> pb_utils.InferenceRequest:
-        wrapped = pb_utils.InferenceRequest._from_server(request, decoupled=self.decoupled,
-                                                         output_names=self._output_names)
-        if self.decoupled:
-            wrapped._forward = self._forwarder(request)
-        return wrapped
+        forward = self._forwarder(request) if self.decoupled else None
+        return bridge.served_request(request, decoupled=self.decoupled, output_names=self._output_names,
+                                     forward=forward)
 
-    def _forwarder(self, request: InferRequest) -> Any:
+    def _forwarder(self, request: InferRequest) -> bridge.Forward:
         def forward(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             sender = request.response_sender
             if sender is None:
                 raise pb_utils.TritonModelException(
                     f"model '{self.name}': this request has no response sender (the server did not stream it)"
                 )
-            sender(self._convert(request, response) if response is not None else None, final)
+            converted = (bridge.server_response(request, response, self.name, self.context.version)
+                         if response is not None else None)
+            sender(converted, final)
 
         return forward
-
-    def _collect(self, requests: list[InferRequest], wrapped: list[pb_utils.InferenceRequest],
-                 result: Any) -> list[InferResponse]:
-        count = len(requests)
-        if result is None:
-            result = [None] * count
-        elif not isinstance(result, list):
-            raise InternalError(
-                f"model '{self.name}': execute() must return a list of pb_utils.InferenceResponse, "
-                f"got {type(result).__name__}"
-            )
-        if len(result) != count:
-            raise InternalError(
-                f"model '{self.name}': execute() returned {len(result)} response(s) for {count} request(s); "
-                "it must return exactly one InferenceResponse per request"
-            )
-        responses = []
-        for index, (request, pb_request, item) in enumerate(zip(requests, wrapped, result, strict=True)):
-            sent = pb_request._sender._response if pb_request._sender is not None else None
-            if item is None:
-                if sent is None:
-                    raise InternalError(
-                        f"model '{self.name}': execute() gave no response for request {index} (None in the list and "
-                        "nothing sent through its response sender)"
-                    )
-                item = sent
-            elif not isinstance(item, pb_utils.InferenceResponse):
-                raise InternalError(
-                    f"model '{self.name}': execute() returned a {type(item).__name__} for request {index}; expected "
-                    "a pb_utils.InferenceResponse"
-                )
-            elif sent is not None:
-                raise InternalError(
-                    f"model '{self.name}': request {index} got two responses (one returned, one sent); a model in "
-                    "the default mode answers each request once"
-                )
-            responses.append(self._convert(request, item))
-        return responses
-
-    def _convert(self, request: InferRequest, response: pb_utils.InferenceResponse) -> InferResponse:
-        """A pb_utils response as the server's InferResponse (BYTES as object arrays of bytes)."""
-        out = InferResponse(model_name=self.name, model_version=self.context.version, request_id=request.request_id)
-        parameters = response.parameters()
-        if parameters != "{}":  # most responses have none: skip the JSON round trip
-            with contextlib.suppress(ValueError, TypeError):
-                out.parameters = json.loads(parameters)
-        error = response.error()
-        if error is not None:
-            # the model's own words reach the client unchanged, as in Triton
-            out.error = pb_utils._error_class(error.code())(error.message())
-            return out
-        wanted = request.requested_outputs
-        out.outputs = {tensor._name: tensor._server_array() for tensor in response.output_tensors()
-                       if wanted is None or tensor._name in wanted}
-        return out
-
-    def _close_senders(self, wrapped: list[pb_utils.InferenceRequest]) -> None:
-        for request in wrapped:
-            if request._sender is not None:
-                request._sender._close()
 
     # -- async execute -------------------------------------------------------------------
     def _event_loop(self) -> _EventLoop:
@@ -620,7 +574,7 @@ class PythonBackend(Backend):
             return self._events
 
     async def _in_context(self, coroutine: Any) -> Any:
-        with pb_utils._calling(self._call):
+        with bridge.calling(self._call):
             try:
                 return await coroutine
             except SystemExit as exc:  # asyncio lets it stop the loop, and the awaiting thread would wait forever
@@ -652,14 +606,12 @@ class PythonBackend(Backend):
     def _fail_open_requests(self, wrapped: list[pb_utils.InferenceRequest], error: BaseException) -> None:
         """Finish, with an error, every request of a failed background batch not yet finished."""
         message = f"Failed to process the request(s) for model '{self.name}', message: {_describe(error)}"
-        for request in wrapped:
-            sender = request.get_response_sender()
-            if sender._close() and request._server_request is not None:
-                target = request._server_request.response_sender
-                if target is not None:
-                    failed = InferResponse.failed(request._server_request, InternalError(message), self.context.version)
-                    with contextlib.suppress(Exception):
-                        target(failed, True)
+        for request in bridge.close_open_requests(wrapped):
+            target = request.response_sender
+            if target is not None:
+                failed = InferResponse.failed(request, InternalError(message), self.context.version)
+                with contextlib.suppress(Exception):
+                    target(failed, True)
 
     # -- unloading -----------------------------------------------------------------------
     def finalize(self) -> None:
@@ -672,7 +624,7 @@ class PythonBackend(Backend):
         hook = getattr(self._model, "finalize", None)
         if hook is not None:
             try:
-                with pb_utils._calling(self._call):
+                with bridge.calling(self._call):
                     outcome = hook()
                     if inspect.iscoroutine(outcome):
                         asyncio.run(outcome)

@@ -42,17 +42,21 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_nb.backends import _python_stub
 from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
 from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, remove_arenas, unpack_batch
 from triton_nb.backends.base import Backend, ModelContext
+from triton_nb.backends.custom_metrics import CUSTOM_METRICS, CustomMetricError
 from triton_nb.backends.python import PythonModelSettings
 from triton_nb.errors import InternalError, TritonNBError
 from triton_nb.tensors import InferRequest, InferResponse
 
-__all__ = ["STUB_START_TIMEOUT_S", "ProcessPythonBackend"]
+if TYPE_CHECKING:
+    from triton_nb.repository.config import ModelConfig
+
+__all__ = ["STUB_START_TIMEOUT_S", "ProcessPythonBackend", "auto_complete_in_process"]
 
 log = logging.getLogger(__name__)
 
@@ -305,24 +309,22 @@ class ProcessPythonBackend(Backend):
     def _metric(self, stub: _Stub, message: tuple) -> None:
         """A model's ``pb_utils`` custom metric, mirrored in this process's registry under its
         server's scope, where ``/metrics`` exports it (the model's process checked it already)."""
-        from triton_nb.server import metrics
-
         op = message[0]
         try:
             if op == "metric_family":
-                metrics.CUSTOM_METRICS.family(*message[1:])
+                CUSTOM_METRICS.family(*message[1:])
             elif op == "metric_new":
                 metric, name, labels, buckets = message[1:]
-                family = metrics.CUSTOM_METRICS.family_named(name)
+                family = CUSTOM_METRICS.family_named(name)
                 scope = getattr(getattr(self.context.server, "stats", None), "custom_scope", None)
                 owner = None if scope is None else (scope, self.name, self.context.version)
-                self._metrics[(id(stub), metric)] = metrics.CUSTOM_METRICS.metric(family, labels, buckets, owner)
+                self._metrics[(id(stub), metric)] = CUSTOM_METRICS.metric(family, labels, buckets, owner)
             elif op == "metric_op":
                 metric, operation, value = message[1:]
                 handle = self._metrics.get((id(stub), metric))
                 if handle is not None:
                     getattr(handle, operation)(value)
-        except (metrics.CustomMetricError, KeyError, TypeError, ValueError):
+        except (CustomMetricError, KeyError, TypeError, ValueError):
             log.debug("model '%s': a custom metric update was refused", self.name, exc_info=True)
 
     # -- what the model asks of the server -----------------------------------------------
@@ -384,3 +386,62 @@ class ProcessPythonBackend(Backend):
             self._arena.close()
         self._outputs.close()
         remove_arenas(stub.arena_prefix)
+
+
+def _ended(process: subprocess.Popen, grace_s: float = 2.0) -> bool:
+    """Whether ``process`` has ended, or ends within ``grace_s`` (its socket closes just before)."""
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def auto_complete_in_process(config: ModelConfig, version_path: Path, *, interpreter: str | None = None,
+                             env: dict[str, str] | None = None) -> ModelConfig:
+    """:func:`~triton_nb.backends.python.auto_complete` for a model that runs in processes of its
+    own: in a one-off stub with ``interpreter`` (a packed environment's for ``EXECUTION_ENV_PATH``),
+    so that what its ``model.py`` imports at module level needs only that environment, as on Triton,
+    where the stub runs it. The answer travels as Triton's JSON form and becomes a config here."""
+    from triton_nb.backends.python import _model_filename
+    from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
+
+    name = config.name or Path(version_path).parent.name
+    ours, theirs = socket.socketpair()
+    environment = dict(os.environ if env is None else env)
+    environment.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        process = subprocess.Popen(
+            [interpreter or sys.executable, "-c", _BOOTSTRAP, _python_stub.__file__, str(theirs.fileno()),
+             _PACKAGE_DIR], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=environment,
+            start_new_session=True)
+    except OSError as exc:
+        ours.close()
+        raise InternalError(f"model '{name}': cannot start a Python process with {interpreter}: {exc}") from exc
+    finally:
+        theirs.close()
+    channel = Channel(ours)
+    try:
+        channel.send(("autocomplete", {"config": config_to_json(config), "name": name,
+                                       "version_path": str(version_path), "filename": _model_filename(config)}))
+        ours.settimeout(STUB_START_TIMEOUT_S)
+        answer = channel.recv()  # None when the process ended, or the time ran out (a read that timed out)
+        if answer is None and not _ended(process):
+            raise InternalError(f"model '{name}': auto_complete_config did not finish within "
+                                f"{STUB_START_TIMEOUT_S:g} s in its Python process")
+    finally:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.wait()
+        channel.close()
+    if answer is None:
+        code = process.returncode
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        raise InternalError(f"model '{name}': its Python process ended ({how}) while running auto_complete_config")
+    if answer[0] == "autocomplete_failed":
+        raise error_from_wire(answer[1])
+    if answer[1] is None:
+        unchanged = ModelConfig()
+        unchanged.CopyFrom(config)
+        return unchanged
+    return config_from_json(answer[1], source=f"model '{name}': auto_complete_config result")

@@ -28,12 +28,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from triton_nb.repository.config import ModelConfig
+
 __all__ = ["BUILTIN_BACKENDS", "ENTRY_POINT_GROUP", "BackendFactory", "ResolvedBackend", "backend_factory",
-           "python_instance", "register_backend", "registered_backends", "resolve_backend", "unregister_backend"]
+           "python_auto_complete", "python_instance", "register_backend", "registered_backends", "resolve_backend",
+           "unregister_backend"]
 
 BackendFactory = Callable[[ModelContext], Backend]
 
@@ -110,6 +115,28 @@ def python_instance(context: ModelContext, backend_folder: Path | None = None) -
     from triton_nb.backends.python import PythonBackend
 
     return PythonBackend(context, backend_folder=backend_folder)
+
+
+def python_auto_complete(config: ModelConfig, version_path: Path, model_path: Path, *,
+                         python_instances: str = "thread") -> ModelConfig:
+    """A Python model's ``auto_complete_config``, run where its instances will run: in this
+    interpreter for thread instances, in a process of its own (with its packed environment's
+    interpreter for ``EXECUTION_ENV_PATH``) otherwise — the same choice as :func:`python_instance`."""
+    parameters = config.parameters
+    env_path = parameters["EXECUTION_ENV_PATH"].string_value if "EXECUTION_ENV_PATH" in parameters else ""
+    if env_path or python_instances == "process":
+        from triton_nb.backends.python_process import auto_complete_in_process
+
+        if not env_path:
+            return auto_complete_in_process(config, version_path)
+        from triton_nb.backends.execution_env import execution_environment
+
+        environment = execution_environment(config.name or model_path.name, env_path, model_path)
+        return auto_complete_in_process(config, version_path, interpreter=environment.interpreter,
+                                        env=environment.process_env())
+    from triton_nb.backends.python import auto_complete
+
+    return auto_complete(config, version_path)
 
 
 def _python_based(name: str, backend_directory: Path) -> BackendFactory | None:

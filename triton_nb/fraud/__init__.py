@@ -21,8 +21,10 @@ from triton_nb.fraud.data import (
     write_tabformer_csv,
 )
 from triton_nb.fraud.evaluate import (
+    PREDICTION_OUTPUT,
     confusion_matrix_frame,
     evaluate_predictions,
+    label_predictions,
     plot_feature_importance,
     plot_precision_recall,
 )
@@ -34,6 +36,7 @@ __all__ = [
     "ENCODED_COLUMNS",
     "FEATURE_NAMES",
     "LABEL_COLUMN",
+    "PREDICTION_OUTPUT",
     "RAW_INPUT_COLUMNS",
     "TABFORMER_COLUMNS",
     "UNKNOWN",
@@ -44,6 +47,7 @@ __all__ = [
     "evaluate_predictions",
     "generate_transactions",
     "label_array",
+    "label_predictions",
     "load_tabformer_csv",
     "plot_feature_importance",
     "plot_precision_recall",

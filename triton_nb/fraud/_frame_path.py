@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.fraud.encoding import (
+from triton_nb.fraud.encoding.columns import (
     _INTEGER_CODE_COLUMNS,
-    _MISSING_TEXT,
     _NUMERIC_COLUMNS,
     ENCODED_COLUMNS,
     FEATURE_NAMES,
     US_STATE_CODES,
 )
+from triton_nb.fraud.encoding.text import _MISSING_TEXT
 
 __all__ = ["frame_canonical_categories", "frame_features", "frame_uniques"]
 

@@ -310,17 +310,23 @@ def generate_transactions(
 ) -> pd.DataFrame:
     """Synthetic TabFormer-style card transactions with a learnable fraud label.
 
-    Args:
-        n_rows: number of transactions (>= 1).
-        seed: seed of the numpy random generator; the same seed gives an identical frame.
-        fraud_rate: the expected share of ``"Yes"`` labels, strictly between 0 and 1 (the real
-            data has about 0.0012; the default is higher so small samples hold enough fraud).
-        n_users: number of cardholders; each has 1 to 9 cards numbered 0..8.
+    Parameters
+    ----------
+    n_rows
+        number of transactions (>= 1).
+    seed
+        seed of the numpy random generator; the same seed gives an identical frame.
+    fraud_rate
+        the expected share of ``"Yes"`` labels, strictly between 0 and 1 (the real
+        data has about 0.0012; the default is higher so small samples hold enough fraud).
+    n_users
+        number of cardholders; each has 1 to 9 cards numbered 0..8.
 
-    Returns:
-        A frame with the :data:`TABFORMER_COLUMNS`, in order, with exactly the dtypes
-        :func:`load_tabformer_csv` gives (see the module docstring), sorted by User, Card and
-        time like the real file, with a fresh RangeIndex.
+    Returns
+    -------
+    A frame with the :data:`TABFORMER_COLUMNS`, in order, with exactly the dtypes
+    :func:`load_tabformer_csv` gives (see the module docstring), sorted by User, Card and
+    time like the real file, with a fresh RangeIndex.
 
     The world is fixed per call: merchants (their number grows with ``n_rows``: 50,000 at a
     million rows) each have one MCC and one city/state/zip; online merchants have Merchant City
@@ -330,8 +336,10 @@ def generate_transactions(
     month of a small set of compromised cards; the intercept is fitted so the expected rate is
     ``fraud_rate``.
 
-    Raises:
-        InvalidArgumentError: (a ``ValueError``) naming the parameter that is out of range.
+    Raises
+    ------
+    InvalidArgumentError
+        (a ``ValueError``) naming the parameter that is out of range.
     """
     n = _check_int("n_rows", n_rows, 1)
     n_users = _check_int("n_users", n_users, 1)
@@ -524,8 +532,10 @@ def write_tabformer_csv(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Pa
     (``"91750.0"``), empty cells for missing values, Amount written as given, UTF-8. Extra columns
     in ``frame`` are left out. Missing parent directories are created.
 
-    Raises:
-        InvalidArgumentError: ``frame`` lacks one of the TabFormer columns (named in the message).
+    Raises
+    ------
+    InvalidArgumentError
+        ``frame`` lacks one of the TabFormer columns (named in the message).
     """
     missing = [c for c in TABFORMER_COLUMNS if c not in frame.columns]
     if missing:
@@ -607,23 +617,31 @@ def load_tabformer_csv(
     """Read the TabFormer transactions CSV (``card_transaction.v1.csv`` or
     ``credit_card_transactions-ibm_v2.csv``; a compressed ``.csv.gz``/``.zip`` works too).
 
-    Args:
-        path: the CSV file.
-        nrows: read only the first ``nrows`` data rows.
-        chunksize: when given, return an iterator of frames of at most this many rows instead of
-            one frame, for files that do not fit in memory. The chunks' indexes continue one
-            another, so concatenating them gives the frame a plain read would.
+    Parameters
+    ----------
+    path
+        the CSV file.
+    nrows
+        read only the first ``nrows`` data rows.
+    chunksize
+        when given, return an iterator of frames of at most this many rows instead of
+        one frame, for files that do not fit in memory. The chunks' indexes continue one
+        another, so concatenating them gives the frame a plain read would.
 
-    Returns:
-        A frame (or iterator of frames) with the :data:`TABFORMER_COLUMNS` in order and the
-        dtypes described in the module docstring. Extra columns in the file are dropped.
+    Returns
+    -------
+    A frame (or iterator of frames) with the :data:`TABFORMER_COLUMNS` in order and the
+    dtypes described in the module docstring. Extra columns in the file are dropped.
 
-    Raises:
-        NotFoundError: there is no file at ``path``.
-        InvalidArgumentError: the header lacks a TabFormer column (the message names the missing
-            columns and the file), the file is empty, or a value does not parse (for example a
-            non-integer User). With ``chunksize`` the header is checked at once; a bad value is
-            reported when its chunk is read.
+    Raises
+    ------
+    NotFoundError
+        there is no file at ``path``.
+    InvalidArgumentError
+        the header lacks a TabFormer column (the message names the missing
+        columns and the file), the file is empty, or a value does not parse (for example a
+        non-integer User). With ``chunksize`` the header is checked at once; a bad value is
+        reported when its chunk is read.
     """
     file = Path(os.fspath(path))
     if nrows is not None:
@@ -650,9 +668,11 @@ def load_tabformer_csv(
 def label_array(frame: pd.DataFrame) -> np.ndarray:
     """The :data:`LABEL_COLUMN` as an ``int8`` array: ``"Yes"`` -> 1, ``"No"`` -> 0.
 
-    Raises:
-        InvalidArgumentError: the column is absent, or holds anything else (another spelling,
-            a missing value); the message names the column and the first bad value.
+    Raises
+    ------
+    InvalidArgumentError
+        the column is absent, or holds anything else (another spelling,
+        a missing value); the message names the column and the first bad value.
     """
     if LABEL_COLUMN not in frame.columns:
         raise InvalidArgumentError(f"no label column {LABEL_COLUMN!r} in the frame")

@@ -1,4 +1,5 @@
-"""Evaluation of a fraud classifier: metrics as a DataFrame and matplotlib plot helpers."""
+"""Evaluation of a fraud classifier: metrics as a DataFrame, the served answer labelled, and matplotlib
+plot helpers."""
 
 from __future__ import annotations
 
@@ -16,11 +17,36 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "PREDICTION_OUTPUT",
     "confusion_matrix_frame",
     "evaluate_predictions",
+    "label_predictions",
     "plot_feature_importance",
     "plot_precision_recall",
 ]
+
+
+#: The output the exported fraud ensemble answers with.
+PREDICTION_OUTPUT = "predictions"
+
+
+def label_predictions(outputs: Any, threshold: float = 0.5) -> pd.DataFrame | None:
+    """The fraud ensemble's answer (``outputs``: tensors by name), labelled FRAUD / NOT FRAUD; None
+    when there is no :data:`PREDICTION_OUTPUT`. Classes {0, 1} (the FIL backend's default
+    ``predict_proba: false``) give a ``label`` column; probabilities (``predict_proba``: one column,
+    or two of which the second is fraud) also a ``fraud_probability`` column, labelled at
+    ``threshold``."""
+    values = outputs.get(PREDICTION_OUTPUT)
+    if values is None:
+        return None
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 2 and array.shape[1] == 2:
+        array = array[:, 1]
+    array = array.reshape(len(array), -1)[:, 0] if array.ndim > 1 else array.reshape(-1)
+    labels = np.where(array >= threshold, "FRAUD", "NOT FRAUD")
+    if np.isin(array, (0.0, 1.0)).all():
+        return pd.DataFrame({"label": labels})
+    return pd.DataFrame({"fraud_probability": array, "label": labels})
 
 
 def _check_scores(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,6 @@ instead of the one ``%triton start`` started) and ``TritonMagics.model_repositor
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
 import io
 import json
@@ -35,13 +34,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Unicode
 
 from triton_nb.errors import TritonNBError
-from triton_nb.perf.inputs import config_datatype, frame_to_inputs, to_datatype, values_to_inputs
+from triton_nb.frames import config_datatype, frame_to_inputs, output_columns, to_datatype, values_to_inputs
+from triton_nb.fraud.evaluate import label_predictions
+from triton_nb.server.settings import MODEL_CONTROL_MODES
+from triton_nb.transport import PROTOCOLS, Transport, connect
 
 __all__ = ["TritonMagics", "load_ipython_extension", "unload_ipython_extension"]
 
-PROTOCOLS = ("inprocess", "http", "grpc")
 FORMATS = ("auto", "csv", "json", "python")
-FRAUD_OUTPUT = "predictions"
 
 
 def _one_line(message: object) -> str:
@@ -57,11 +57,6 @@ def _unquote(text: str | None) -> str | None:
     if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
     return text
-
-
-def _remote_error(exc: BaseException) -> UsageError:
-    message = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
-    return _usage(message or type(exc).__name__)
 
 
 # ---------------------------------------------------------------------- model config helpers
@@ -92,43 +87,18 @@ def _v2_arrays(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _table(arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """Tensors as columns: one per value per row (``name`` or ``name_0..k``), bytes decoded."""
-    columns: dict[str, Any] = {}
+    """Tensors as columns (:func:`triton_nb.frames.output_columns`), bytes decoded for display."""
+    shown = {}
     for name, array in arrays.items():
         values = np.asarray(array)
-        if values.dtype == object:
+        if values.dtype == object and values.size:
             values = np.vectorize(lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else v,
-                                  otypes=[object])(values) if values.size else values
-        if values.ndim == 0:
-            values = values.reshape(1)
-        if values.ndim == 1:
-            columns[name] = values
-        elif values.ndim == 2 and values.shape[1] == 1:
-            columns[name] = values[:, 0]
-        elif values.ndim == 2:
-            for i in range(values.shape[1]):
-                columns[f"{name}_{i}"] = values[:, i]
-        else:
-            columns[name] = list(values)
-    lengths = {len(v) for v in columns.values()}
-    if len(lengths) > 1:
+                                  otypes=[object])(values)
+        shown[name] = values.reshape(1) if values.ndim == 0 else values
+    columns = output_columns(shown)
+    if len({len(v) for v in columns.values()}) > 1:  # tensors of different lengths: padded with NaN
         return pd.concat([pd.Series(v, name=k) for k, v in columns.items()], axis=1)
     return pd.DataFrame(columns)
-
-
-def _fraud_columns(outputs: Mapping[str, np.ndarray]) -> pd.DataFrame | None:
-    """The fraud ensemble's answer, labelled: classes {0,1} become FRAUD / NOT FRAUD; otherwise
-    the values are probabilities (predict_proba: the fraud column), labelled at 0.5."""
-    values = outputs.get(FRAUD_OUTPUT)
-    if values is None:
-        return None
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim == 2 and array.shape[1] == 2:
-        array = array[:, 1]
-    array = array.reshape(len(array), -1)[:, 0] if array.ndim > 1 else array.reshape(-1)
-    if np.isin(array, (0.0, 1.0)).all():
-        return pd.DataFrame({"label": np.where(array >= 0.5, "FRAUD", "NOT FRAUD")})
-    return pd.DataFrame({"fraud_probability": array, "label": np.where(array >= 0.5, "FRAUD", "NOT FRAUD")})
 
 
 def _stat_totals(statistics: Mapping[str, Any], names: list[str]) -> dict[str, int]:
@@ -143,97 +113,19 @@ def _stat_totals(statistics: Mapping[str, Any], names: list[str]) -> dict[str, i
     return totals
 
 
+def _numbers(text: str, kind: type, flag: str) -> list:
+    """``"1,8,64"`` -> ``[1, 8, 64]``, or a one-line usage error naming ``flag``."""
+    try:
+        return [kind(part) for part in _unquote(text).split(",")]
+    except ValueError:
+        raise _usage(f"{flag} must be comma-separated numbers, got {text!r}") from None
+
+
 def _parse_range(text: str) -> str:
     parts = text.split(":")
     if not 1 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts):
         raise _usage(f"--concurrency-range must be start[:end[:step]] in whole numbers, got {text!r}")
     return text
-
-
-# ---------------------------------------------------------------------- the targets
-
-
-class _InKernel:
-    """Requests through the in-process client of an in-kernel server."""
-
-    protocol = "inprocess"
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    def models(self) -> list[str]:
-        return sorted({entry["name"] for entry in self.server.repository_index()})
-
-    def config(self, model: str, version: str) -> dict[str, Any]:
-        return self.server.model_config_json(model, int(version) if version else -1)
-
-    def statistics(self, names: list[str]) -> dict[str, Any]:
-        return self.server.statistics()
-
-    def infer(self, model: str, version: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict:
-        from triton_nb.client import InProcessClient
-
-        result = InProcessClient(self.server).infer(model, arrays, model_version=version)
-        return dict(result.response.outputs)
-
-    def close(self) -> None:
-        pass
-
-
-class _Remote:
-    """Requests with tritonclient over HTTP or gRPC."""
-
-    def __init__(self, protocol: str, url: str, binary: bool) -> None:
-        self.protocol = protocol
-        self.binary = binary
-        if protocol == "http":
-            import tritonclient.http as module
-        else:
-            import tritonclient.grpc as module
-        self.module = module
-        try:
-            self.client = module.InferenceServerClient(url)
-        except Exception as exc:
-            raise _remote_error(exc) from None
-
-    def models(self) -> list[str]:
-        index = self.client.get_model_repository_index(**({} if self.protocol == "http" else {"as_json": True}))
-        if isinstance(index, Mapping):
-            index = index.get("models", [])
-        return sorted({entry["name"] for entry in index})
-
-    def config(self, model: str, version: str) -> dict[str, Any]:
-        if self.protocol == "http":
-            return self.client.get_model_config(model, version)
-        return self.client.get_model_config(model, version, as_json=True)["config"]
-
-    def statistics(self, names: list[str]) -> dict[str, Any]:
-        merged: dict[str, Any] = {"model_stats": []}
-        for name in names:
-            stats = (self.client.get_inference_statistics(name) if self.protocol == "http"
-                     else self.client.get_inference_statistics(name, as_json=True))
-            merged["model_stats"].extend(stats.get("model_stats", []))
-        return merged
-
-    def infer(self, model: str, version: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict:
-        from tritonclient.utils import np_to_triton_dtype
-
-        inputs = []
-        for name, array in arrays.items():
-            tensor = self.module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            if self.protocol == "http":
-                tensor.set_data_from_numpy(array, binary_data=self.binary)
-            else:
-                tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        requested = [self.module.InferRequestedOutput(name, binary_data=self.binary) if self.protocol == "http"
-                     else self.module.InferRequestedOutput(name) for name in outputs]
-        result = self.client.infer(model, inputs, model_version=version, outputs=requested or None)
-        return {name: result.as_numpy(name) for name in outputs}
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing is best effort
-            self.client.close()
 
 
 # ---------------------------------------------------------------------- the magics
@@ -271,20 +163,22 @@ class TritonMagics(Magics):
                          "%config TritonMagics.server_variable = 'name'")
         return self.server
 
-    def _target(self, url: str | None, protocol: str | None, binary: bool = False) -> Any:
+    def _target(self, url: str | None, protocol: str | None, binary: bool = False) -> Transport:
+        """The transport a magic's requests take: to ``url`` (over http unless gRPC is asked for), or to
+        the in-kernel server, in-process or through one of its own endpoints."""
         protocol = protocol or self.protocol
         url = url if url is not None else self.url
         if protocol not in PROTOCOLS:
             raise _usage(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        if url:
-            return _Remote("http" if protocol == "inprocess" else protocol, url, binary)
-        server = self._server()
-        if protocol == "inprocess":
-            return _InKernel(server)
-        endpoint = server.endpoints.get(protocol)
-        if endpoint is None:
-            raise _usage(f"the in-kernel server has no {protocol} endpoint: start it with --{protocol}-port 0")
-        return _Remote(protocol, endpoint, binary)
+        try:
+            if url:
+                return connect(url, "http" if protocol == "inprocess" else protocol, binary=binary)
+            server = self._server()
+            if protocol != "inprocess" and protocol not in server.endpoints:
+                raise _usage(f"the in-kernel server has no {protocol} endpoint: start it with --{protocol}-port 0")
+            return connect(server, protocol, binary=binary)
+        except TritonNBError as exc:
+            raise _usage(exc) from None
 
     @staticmethod
     def _check_model(name: str, known: list[str]) -> None:
@@ -324,7 +218,7 @@ class TritonMagics(Magics):
     @argument("--http-port", type=int, default=None, help="start: serve HTTP on this port (0: a free one)")
     @argument("--grpc-port", type=int, default=None, help="start: serve gRPC on this port (0: a free one)")
     @argument("--metrics-port", type=int, default=None, help="start: serve metrics on this port (0: a free one)")
-    @argument("--model-control-mode", default="explicit", choices=["none", "explicit", "poll"],
+    @argument("--model-control-mode", default="explicit", choices=list(MODEL_CONTROL_MODES),
               help="start: Triton's model control mode")
     @argument("--config", default=None, help="load/reload: a config override: Triton's JSON (the whole config, "
                                              "as Triton's load API), or the name of a variable holding it")
@@ -339,6 +233,8 @@ class TritonMagics(Magics):
             raise _usage(exc) from None
 
     def _triton_start(self, args: Any) -> Any:
+        # The one import that runs up the layers: %triton start hands the user the public
+        # InferenceServer, whose tune() is built on this layer's panel (tests/test_layering.py).
         from triton_nb.serving import serve
 
         if self.server is not None:
@@ -421,29 +317,25 @@ class TritonMagics(Magics):
             return self._infer(target, args, cell)
         except UsageError:
             raise
-        except TritonNBError as exc:
+        except TritonNBError as exc:  # also a remote server's refusal: the transport raises ours
             raise _usage(exc) from None
-        except Exception as exc:
-            if type(exc).__module__.startswith("tritonclient"):
-                raise _remote_error(exc) from None
-            raise
         finally:
             target.close()
 
-    def _infer(self, target: Any, args: Any, cell: str) -> pd.DataFrame:
+    def _infer(self, target: Transport, args: Any, cell: str) -> pd.DataFrame:
         model, version = args.model, str(args.version)
         self._check_model(model, target.models())
-        config = target.config(model, version)
+        config = target.model_config(model, version)
         shown, arrays = self._request(config, cell, args.format)
         outputs = [spec["name"] for spec in config.get("output", [])]
         names = _composing(config) or [model]
         before = self._safe_stats(target, names)
         started = time.perf_counter()
-        result = target.infer(model, version, arrays, outputs)
+        result = target.infer(model, arrays, outputs=outputs, model_version=version)
         latency_ms = (time.perf_counter() - started) * 1e3
         after = self._safe_stats(target, names)
         answer = _table({name: result[name] for name in outputs if result.get(name) is not None})
-        fraud = _fraud_columns(result)
+        fraud = label_predictions(result)
         if fraud is not None:
             answer = pd.concat([answer, fraud], axis=1)
         shown = shown.reset_index(drop=True)
@@ -465,9 +357,9 @@ class TritonMagics(Magics):
         return frame
 
     @staticmethod
-    def _safe_stats(target: Any, names: list[str]) -> dict[str, int] | None:
+    def _safe_stats(target: Transport, names: list[str]) -> dict[str, int] | None:
         try:
-            return _stat_totals(target.statistics(names), names)
+            return _stat_totals(target.statistics(), names)
         except Exception:  # the breakdown is extra: a server without statistics still answers
             return None
 
@@ -558,7 +450,15 @@ class TritonMagics(Magics):
     @argument("--measurement-interval", type=int, default=5000, help="milliseconds per measurement window")
     @argument("--input-data", default=None, help="random, zero, fraud or a JSON file (default: fraud for the fraud "
                                                  "ensemble's inputs, else random)")
-    @argument("--rows-per-request", type=int, default=1, help="rows in each request")
+    @argument("--rows-per-request", default="1", help="rows in each request, or a mix of sizes: 1,8,64")
+    @argument("--rows-per-request-weights", default=None, help="with a mix: the share of each size, e.g. 0.7,0.2,0.1")
+    @argument("--input-tensor-format", default="binary", choices=["binary", "json"], help="HTTP: request tensors")
+    @argument("--output-tensor-format", default="binary", choices=["binary", "json"], help="HTTP: output tensors")
+    @argument("--request-compression", default="none", choices=["none", "gzip", "deflate"], help="HTTP bodies")
+    @argument("--response-compression", default="none", choices=["none", "gzip", "deflate"],
+              help="HTTP: ask for compressed answers (Accept-Encoding)")
+    @argument("--grpc-compression-algorithm", default="none", choices=["none", "gzip", "deflate"],
+              help="gRPC: compress request messages")
     @argument("--sequence-length", type=int, default=None,
               help="sequence models: requests per sequence, about (default 20 for a model with sequence_batching)")
     @argument("--sequence-length-variation", type=float, default=20.0,
@@ -588,9 +488,17 @@ class TritonMagics(Magics):
             target = self._server()
             self._check_model(args.model, sorted({entry["name"] for entry in target.repository_index()}))
             input_data = args.input_data or self._default_input_data(target, args.model)
+        rows = _numbers(args.rows_per_request, int, "--rows-per-request")
+        weights = (_numbers(args.rows_per_request_weights, float, "--rows-per-request-weights")
+                   if args.rows_per_request_weights else None)
         try:
             results = perf.measure(target, args.model, concurrency_range=concurrency, protocol=protocol,
-                                   input_data=input_data, rows_per_request=args.rows_per_request,
+                                   input_data=input_data, rows_per_request=rows[0] if len(rows) == 1 else rows,
+                                   rows_per_request_weights=weights, input_tensor_format=args.input_tensor_format,
+                                   output_tensor_format=args.output_tensor_format,
+                                   request_compression=args.request_compression,
+                                   response_compression=args.response_compression,
+                                   grpc_compression_algorithm=args.grpc_compression_algorithm,
                                    measurement_interval_ms=args.measurement_interval,
                                    sequence_length=args.sequence_length,
                                    sequence_length_variation=args.sequence_length_variation,

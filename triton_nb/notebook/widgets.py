@@ -2,8 +2,11 @@
 
 An ipywidgets panel over a running in-kernel server. Controls set the tuned model's batching knobs
 (max batch size, queue delay, preferred batch sizes, instance count; FIL engine parameters for a
-FIL model; its response cache on a server started with ``cache_size_bytes``) and the load
-(concurrency or request rate, protocol, measurement length, the share of repeated requests):
+FIL model; its response cache on a server started with ``cache_size_bytes``), the load
+(concurrency or request rate, protocol, measurement length, the share of repeated requests) and
+the payload — client-side knobs that change how requests travel, never the server: the request
+and response tensor format (binary or JSON, HTTP), compression (of requests over HTTP, or gRPC's
+message compression) and compressed answers (HTTP):
 
 * **Apply** changes the serving model live (``update_batching``: from the next batch, no reload, no
   request dropped; ``update_response_cache`` for the response cache); changed FIL parameters reload
@@ -12,8 +15,10 @@ FIL model; its response cache on a server started with ``cache_size_bytes``) and
   kernel stays responsive) and adds a point — one per click — to the plot and the table; earlier
   configs stay on the plot for comparison.
 * **Sweep** runs :func:`triton_nb.perf.tune` over the delays and instance counts typed in (and the
-  response cache off and on, when ticked), adding points as they are measured; the original config
-  comes back at the end.
+  response cache off and on, the request tensor format binary and JSON, compression off and gzip,
+  when ticked), adding points as they are measured; the original config comes back at the end.
+  Points are labelled with their knobs, the payload's among them when not the default
+  (``delay_us=100 instances=2 in=json``).
 * **Save config** writes ``config.pbtxt`` into the repository folder of the tuned model: the sweep's
   recommendation when the latest action was a sweep that found one, else the knobs in force.
 
@@ -38,8 +43,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.perf.measure import measure
-from triton_nb.perf.tune import BATCHING_KNOBS, config_label, config_with_knobs, knobs_of, tune
+from triton_nb.perf.measure import WIRE_OPTIONS, measure
+from triton_nb.perf.plots import plot_throughput_vs_latency
+from triton_nb.perf.tune import BATCHING_KNOBS, CLIENT_KNOBS, config_label, config_with_knobs, knobs_of, tune
 
 __all__ = ["FIL_OPTIONS", "Tuner"]
 
@@ -183,6 +189,20 @@ class Tuner:
         c["sweep_instances"] = w.Text(value="1,2", description="sweep instances", style=style, layout=layout)
         c["sweep_cache"] = w.Checkbox(value=False, description="sweep cache off/on", style=style, layout=layout,
                                       disabled=not self.cache)
+        c["input_tensor_format"] = w.Dropdown(options=["binary", "json"], value="binary", description="request tensors",
+                                              style=style, layout=layout, tooltip="HTTP: binary or JSON tensors")
+        c["output_tensor_format"] = w.Dropdown(options=["binary", "json"], value="binary",
+                                               description="response tensors", style=style, layout=layout)
+        c["compression"] = w.Dropdown(options=["none", "gzip", "deflate"], value="none", description="compression",
+                                      style=style, layout=layout,
+                                      tooltip="HTTP: the request bodies (Content-Encoding); gRPC: its messages")
+        c["response_compression"] = w.Dropdown(options=["none", "gzip", "deflate"], value="none",
+                                               description="compressed answers", style=style, layout=layout,
+                                               tooltip="HTTP: Accept-Encoding (the client decompresses)")
+        c["sweep_formats"] = w.Checkbox(value=False, description="sweep request tensors binary/json", style=style,
+                                        layout=layout)
+        c["sweep_compression"] = w.Checkbox(value=False, description="sweep compression none/gzip", style=style,
+                                            layout=layout)
         self.controls = c
 
         self.buttons = {
@@ -209,9 +229,11 @@ class Tuner:
         load_box = w.VBox([c[n] for n in ("load", "concurrency", "request_rate", "protocol",
                                           "measurement_interval_ms", "max_trials", "repeat_ratio", "sweep_delays",
                                           "sweep_instances", "sweep_cache")])
+        payload_box = w.VBox([c[n] for n in ("input_tensor_format", "output_tensor_format", "compression",
+                                             "response_compression", "sweep_formats", "sweep_compression")])
         self.widget = w.VBox([
             w.HTML(value=f"<b>Tuning {html.escape(title)}</b>"),
-            w.HBox([knob_box, load_box]),
+            w.HBox([knob_box, load_box, payload_box]),
             w.HBox(list(self.buttons.values())),
             w.HBox([self.progress, self.status]),
             self.image,
@@ -317,6 +339,24 @@ class Tuner:
             return {"concurrency_range": [int(c["concurrency"].value)]}
         return {"request_rate_range": [float(c["request_rate"].value)]}
 
+    def _wire(self, protocol: str) -> dict[str, str]:
+        """The payload controls as :func:`~triton_nb.perf.measure`'s wire options for ``protocol``:
+        "compression" is the request bodies' over HTTP, the messages' over gRPC. Only values other
+        than the defaults are given, so a measurement in-process with defaults passes none (and a
+        non-default one there is refused by name)."""
+        c = self.controls
+        compression = "grpc_compression_algorithm" if protocol == "grpc" else "request_compression"
+        wire = {"input_tensor_format": c["input_tensor_format"].value,
+                "output_tensor_format": c["output_tensor_format"].value, compression: c["compression"].value,
+                "response_compression": c["response_compression"].value}
+        return {name: value for name, value in wire.items() if value != WIRE_OPTIONS[name][0]}
+
+    @staticmethod
+    def _client_of(row: dict[str, Any]) -> dict[str, Any]:
+        """The client knobs a measured row used, those other than the defaults (for its label)."""
+        return {name: row[name] for name in CLIENT_KNOBS
+                if isinstance(row.get(name), str) and row[name] != WIRE_OPTIONS[name][0]}
+
     def _timing(self) -> dict[str, Any]:
         interval = int(self.controls["measurement_interval_ms"].value)
         ratio = float(self.controls["repeat_ratio"].value)
@@ -367,14 +407,16 @@ class Tuner:
         load = self._load()
         timing = self._timing()
         protocol = self.controls["protocol"].value
+        wire = self._wire(protocol)
 
         def work() -> None:
-            knobs = self._live_knobs()
+            knobs = {**self._live_knobs(), **wire}
             what = ", ".join(f"{k.removesuffix('_range')} {v[0]:g}" for k, v in load.items())
             self._say(f"measuring {self.model} at {what} over {protocol} ({config_label(knobs)}) …")
             self.progress.max, self.progress.value = 1, 0
             started = time.monotonic()
-            frame = measure(self.server, self.model, protocol=protocol, input_data=self.input_data, **load, **timing)
+            frame = measure(self.server, self.model, protocol=protocol, input_data=self.input_data, **load, **timing,
+                            **wire)
             point = self._add_point(frame.iloc[0].to_dict(), knobs, "measure")
             self.progress.value = 1
             self._say(f"measured {point['config']}: {point['throughput_infer_per_sec']:,.0f} infer/s, "
@@ -396,18 +438,30 @@ class Tuner:
             grid["instance_count"] = instances
         if self.cache and self.controls["sweep_cache"].value:
             grid["response_cache"] = [False, True]
+        protocol = self.controls["protocol"].value
+        wire = self._wire(protocol)
+        if self.controls["sweep_formats"].value:
+            wire.pop("input_tensor_format", None)
+            grid["input_tensor_format"] = ["binary", "json"]
+        if self.controls["sweep_compression"].value:
+            compression = "grpc_compression_algorithm" if protocol == "grpc" else "request_compression"
+            wire.pop(compression, None)
+            grid[compression] = ["none", "gzip"]
         if not grid:
             raise InvalidArgumentError("give sweep delays and/or instance counts, e.g. '0,100,500' and '1,2'")
+        if protocol == "inprocess" and any(name in grid for name in CLIENT_KNOBS):
+            raise InvalidArgumentError("sweeping the payload needs protocol http or grpc: in-process calls have "
+                                       "no wire format")
         concurrency = int(self.controls["concurrency"].value)
         timing = self._timing()
         timing.pop("warmup_ms")
-        protocol = self.controls["protocol"].value
         total = 1
         for values in grid.values():
             total *= len(values)
 
         def on_point(row: dict[str, Any]) -> None:
-            self._add_point(row, self._live_knobs(), "sweep")  # called while the config is applied
+            # called while the config is applied; the payload's knobs come with the row
+            self._add_point(row, {**self._live_knobs(), **self._client_of(row)}, "sweep")
             self.progress.value = min(self.progress.value + 1, self.progress.max)
             self._say(f"sweep: {self.progress.value}/{total} configs measured …")
 
@@ -416,7 +470,7 @@ class Tuner:
             self._say(f"sweep: {total} configs of {self.tuned_model} at concurrency {concurrency} …")
             result = tune(self.server, self.model, grid, concurrency_range=[concurrency],
                           tuned_model=self.tuned_model, protocol=protocol, input_data=self.input_data,
-                          progress=False, on_point=on_point, **timing)
+                          progress=False, on_point=on_point, wire=wire, **timing)
             self.result = result
             best = result.recommended
             outcome = f"best {config_label(best)} (Save config writes it)" if best else "no config met the constraints"
@@ -469,25 +523,17 @@ class Tuner:
             figure = self.figure
             figure.clear()
             ax = figure.subplots()
-            ax.set_xlabel("throughput (infer/s)")
-            ax.set_ylabel("latency (ms)")
-            ax.set_title(f"{self.model}: p99 (marker) and p50..p99 (bar) per config", fontsize=9)
-            ax.grid(True, alpha=0.3)
             if not points.empty:
-                latest = points["config"].iloc[-1]
-                colors = [f"C{i % 10}" for i in range(points["config"].nunique())]
-                for color, (label, group) in zip(colors, points.groupby("config", sort=False), strict=True):
-                    group = group.sort_values("throughput_infer_per_sec")
-                    alpha = 1.0 if label == latest else 0.45
-                    ax.vlines(group["throughput_infer_per_sec"], group["latency_p50_us"] / 1e3,
-                              group["latency_p99_us"] / 1e3, colors=color, alpha=alpha, linewidth=3)
-                    ax.plot(group["throughput_infer_per_sec"], group["latency_p99_us"] / 1e3, marker="o",
-                            linestyle="-" if len(group) > 1 else "none", color=color, alpha=alpha, label=label)
+                # the report's chart (latency across, throughput up), the config measured last in full colour
+                plot_throughput_vs_latency(points, latency="latency_p99_us", spread_from="latency_p50_us",
+                                           highlight=points["config"].iloc[-1], ax=ax)
                 ax.legend(fontsize=7, loc="best")
-                ax.set_ylim(bottom=0)
             else:
+                ax.set_xlabel("p99 latency (ms)")
+                ax.set_ylabel("throughput (infer/s)")
                 ax.text(0.5, 0.5, "click Measure or Sweep", ha="center", va="center", transform=ax.transAxes,
                         color="gray")
+            ax.set_title(f"{self.model}: p99 (marker) and p50..p99 (bar) per config", fontsize=9)
             figure.tight_layout()
             buffer = io.BytesIO()
             figure.savefig(buffer, format="png", dpi=80)

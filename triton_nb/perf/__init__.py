@@ -13,6 +13,7 @@ from triton_nb.perf.plots import (
     plot_batch_size_histogram,
     plot_knob_heatmap,
     plot_latency_breakdown,
+    plot_payload_comparison,
     plot_throughput_vs_latency,
 )
 from triton_nb.perf.tune import TuneResult, tune
@@ -24,6 +25,7 @@ __all__ = [
     "plot_batch_size_histogram",
     "plot_knob_heatmap",
     "plot_latency_breakdown",
+    "plot_payload_comparison",
     "plot_throughput_vs_latency",
     "tune",
     "write_perf_analyzer_csv",

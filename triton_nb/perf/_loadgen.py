@@ -5,9 +5,22 @@ Runs as a script (``python _loadgen.py ...``, started by :class:`triton_nb.perf.
 importing only the standard library (and grpc for gRPC): it starts in a fraction of a second. It
 reads pre-encoded requests from a file, keeps ``--concurrency`` requests in flight (closed loop) or
 sends ``--rate`` requests per second (open loop, constant or Poisson arrivals), and writes
-completions to stdout every 50 ms as frames: ``<I`` count, then count records ``<qqB`` (sent ns,
-answered ns, ok) on the host's monotonic clock. It stops when its stdin closes. HTTP requests go
-over keep-alive connections with a minimal HTTP/1.1 exchange (see ``_HttpConnection``).
+completions to stdout every 50 ms as frames: ``<I`` count, then count records ``<qqBII`` (sent ns,
+answered ns, ok, request bytes, response bytes) on the host's monotonic clock. It stops when its
+stdin closes. HTTP requests go over keep-alive connections with a minimal HTTP/1.1 exchange (see
+``_HttpConnection``).
+
+Bytes on the wire: over HTTP, the whole request and response as sent and read — request line or
+status line, headers and body (compressed when it is). Over gRPC, the messages: the serialized
+request and response with gRPC's 5-byte length prefix (HTTP/2 frames and headers not counted); with
+``--grpc-compression`` gRPC compresses each request itself, and the request's size is that of the
+same algorithm's output, computed once per distinct payload (gRPC sends a message uncompressed when
+compressing does not make it smaller, and so is it counted).
+
+Compression (``--request-compression``, ``--response-compression``; HTTP): each distinct request
+body is compressed once, before the load, and sent with ``Content-Encoding``; a compressed
+response (``Accept-Encoding``) is decompressed, as tritonclient does, so the client's cost of it is
+in the latency. With sequences the body changes per request, and each one is compressed as it is sent.
 
 For a sequence (stateful) model, ``--sequence-length`` makes it run perf_analyzer's sequences
 (:class:`SequencePlan`, which the in-process load uses too): each closed-loop worker, or each of
@@ -33,10 +46,29 @@ import struct
 import sys
 import threading
 import time
+import zlib
 
-RECORD = struct.Struct("<qqB")
+RECORD = struct.Struct("<qqBII")
 COUNT = struct.Struct("<I")
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+#: zlib's window bits per content coding: gzip's header and trailer, or deflate's zlib wrapper.
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_GRPC_PREFIX_BYTES = 5  # a gRPC message's compressed flag and 4-byte length
+
+
+def compress(body: bytes, algorithm: str) -> bytes:
+    """``body`` as ``Content-Encoding: gzip`` or ``deflate`` (zlib's default level, as tritonclient's
+    ``gzip.compress``/``zlib.compress`` and gRPC's message compression use)."""
+    packer = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, _WBITS[algorithm])
+    return packer.compress(body) + packer.flush()
+
+
+def grpc_message_bytes(message: bytes, algorithm: str = "none") -> int:
+    """The bytes of one gRPC message on the wire: the length prefix and the message, compressed with
+    ``algorithm`` when that makes it smaller (gRPC sends it uncompressed otherwise)."""
+    if algorithm == "none":
+        return len(message) + _GRPC_PREFIX_BYTES
+    return min(len(message), len(compress(message, algorithm))) + _GRPC_PREFIX_BYTES
 
 #: Unbounded sequence ids (perf_analyzer's default --sequence-id-range end) stay within int64: gRPC
 #: carries them as int64_param.
@@ -126,6 +158,25 @@ def http_sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> 
             f',"sequence_end":{"true" if end else "false"}').encode()
 
 
+def http_request(url: str, model: str, body: bytes, header: int, request_compression: str = "none",
+                 response_compression: str = "none") -> bytes:
+    """One whole HTTP infer request as it goes on the wire: the request line, the headers and the
+    body (compressed with ``request_compression``; ``header`` is its JSON header's length before
+    that). A body that is all JSON (JSON tensors, or shared memory) goes without
+    Inference-Header-Content-Length, as tritonclient sends it."""
+    head = [b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n"
+            % (model.encode(), url.encode())]
+    if header != len(body):
+        head.append(b"Inference-Header-Content-Length: %d\r\n" % header)
+    if request_compression != "none":
+        body = compress(body, request_compression)
+        head.append(b"Content-Encoding: %s\r\n" % request_compression.encode())
+    if response_compression != "none":
+        head.append(b"Accept-Encoding: %s\r\n" % response_compression.encode())
+    head.append(b"Content-Length: %d\r\n\r\n" % len(body))
+    return b"".join(head) + body
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -179,11 +230,12 @@ class _HttpConnection(asyncio.Protocol):
     the body (by Content-Length) of each answer: a fraction of a general client's cost per request,
     so the generator measures the server rather than itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, decompress: bool = False) -> None:
         self.buffer = bytearray()
         self.waiter: asyncio.Future | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.decompress = decompress  # answers may come compressed (the request sent Accept-Encoding)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -202,17 +254,23 @@ class _HttpConnection(asyncio.Protocol):
             return
         head = bytes(self.buffer[:end])
         length = 0
+        coding = None
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
+            name = name.strip().lower()
+            if name == b"content-length":
                 length = int(value)
+            elif self.decompress and name == b"content-encoding":
+                coding = value.strip().lower().decode()
         total = end + 4 + length
         if len(self.buffer) < total:
             return
+        if coding in _WBITS:  # the client's work, as tritonclient decompresses an answer
+            zlib.decompress(bytes(self.buffer[end + 4:total]), _WBITS[coding])
         del self.buffer[:total]
-        self.waiter.set_result(int(head[9:12]))
+        self.waiter.set_result((int(head[9:12]), total))
 
-    async def request(self, data: bytes) -> int:
+    async def request(self, data: bytes) -> tuple[int, int]:
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return await self.waiter
@@ -221,20 +279,23 @@ class _HttpConnection(asyncio.Protocol):
 class _HttpPool:
     """Idle connections reused; a new one when all are busy (an open loop may need many)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, decompress: bool = False) -> None:
         host, _, port = url.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.idle: list[_HttpConnection] = []
         self.all: list[_HttpConnection] = []
+        self.decompress = decompress
 
-    async def send(self, data: bytes) -> int:
+    async def send(self, data: bytes) -> tuple[int, int]:
+        """The answer's status and its bytes on the wire (status line, headers and body)."""
         connection = self.idle.pop() if self.idle else None
         if connection is None or connection.closed:
-            _, connection = await asyncio.get_running_loop().create_connection(_HttpConnection, self.host, self.port)
+            _, connection = await asyncio.get_running_loop().create_connection(
+                lambda: _HttpConnection(self.decompress), self.host, self.port)
             self.all.append(connection)
-        status = await connection.request(data)
+        answer = await connection.request(data)
         self.idle.append(connection)
-        return status
+        return answer
 
     def close(self) -> None:
         for connection in self.all:
@@ -260,44 +321,49 @@ class _Generator:
     def payload(self) -> tuple[bytes, int]:
         return self.payloads[self._next_index()]
 
+    def _http_request(self, body: bytes, header: int) -> bytes:
+        args = self.args
+        return http_request(args.url, args.model, body, header, args.request_compression, args.response_compression)
+
     def _http_requests(self):
-        """The function that gives a stream's next HTTP request: pre-encoded whole, or for sequences
-        a template whose JSON header gets the sequence parameters (and the lengths) patched in."""
-        host = self.args.url.encode()
-        path = f"/v2/models/{self.args.model}/infer".encode()
-        prefix = (b"POST " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/octet-stream"
-                  b"\r\nInference-Header-Content-Length: ")
+        """The function that gives a stream's next HTTP request and its size: pre-encoded whole, or
+        for sequences a template whose JSON header gets the sequence parameters patched in."""
         if self.plan is None:
-            whole = [prefix + b"%d\r\nContent-Length: %d\r\n\r\n" % (header, len(body)) + body
-                     for body, header in self.payloads]
-            self.payloads = [(request, 0) for request in whole]
-            return lambda stream: self.payload()[0]
+            whole = [self._http_request(body, header) for body, header in self.payloads]
+            self.payloads = [(request, len(request)) for request in whole]
+            return lambda stream: self.payload()
         # encode_http writes the header's "parameters" object last: its closing "}}" ends the JSON,
         # and the sequence parameters go just before it.
         templates = []
         for body, header in self.payloads:
             if body[header - 2:header] != b"}}":
                 raise ValueError("an HTTP payload's JSON header does not end with its parameters object")
-            templates.append((body[:header - 2], body[header - 2:], header, len(body)))
+            templates.append((body[:header - 2], body[header - 2:], header))
         plan = self.plan
 
         def patched(index: int, extra: bytes) -> bytes:
-            json_head, rest, header, size = templates[index]
-            return (prefix + b"%d\r\nContent-Length: %d\r\n\r\n" % (header + len(extra), size + len(extra))
-                    + json_head + extra + rest)
+            json_head, rest, header = templates[index]
+            # a body that was all JSON stays so (its header length follows the body's)
+            return self._http_request(json_head + extra + rest, header + len(extra))
+
+        def sized(request: bytes) -> tuple[bytes, int]:
+            return request, len(request)
 
         self._close_request = lambda sequence_id: patched(0, http_sequence_parameters(sequence_id, False, True))
-        return lambda stream: patched(self._next_index(), http_sequence_parameters(*plan.next(stream)))
+        return lambda stream: sized(patched(self._next_index(), http_sequence_parameters(*plan.next(stream))))
 
     def _grpc_requests(self):
-        """The function that gives a stream's next serialized gRPC request: for sequences, the
-        pre-encoded request with the sequence parameters' map entries appended."""
+        """The function that gives a stream's next serialized gRPC request and its size: for
+        sequences, the pre-encoded request with the sequence parameters' map entries appended."""
+        algorithm = self.args.grpc_compression
         if self.plan is None:
-            return lambda stream: self.payload()[0]
+            self.payloads = [(body, grpc_message_bytes(body, algorithm)) for body, _ in self.payloads]
+            return lambda stream: self.payload()
         plan = self.plan
 
-        def request(stream: int) -> bytes:
-            return self.payloads[self._next_index()][0] + grpc_sequence_parameters(*plan.next(stream))
+        def request(stream: int) -> tuple[bytes, int]:
+            message = self.payloads[self._next_index()][0] + grpc_sequence_parameters(*plan.next(stream))
+            return message, grpc_message_bytes(message, algorithm)
 
         self._close_request = lambda sequence_id: self.payloads[0][0] + grpc_sequence_parameters(
             sequence_id, False, True)
@@ -311,11 +377,12 @@ class _Generator:
         loop = asyncio.get_running_loop()
         stdin_closed = loop.run_in_executor(None, sys.stdin.buffer.read)
         if self.args.protocol == "http":
-            pool = _HttpPool(self.args.url)
+            pool = _HttpPool(self.args.url, decompress=self.args.response_compression != "none")
             build = self._http_requests()
 
-            async def send(data: bytes) -> bool:
-                return await pool.send(data) == 200
+            async def send(data: bytes) -> tuple[bool, int]:
+                status, received = await pool.send(data)
+                return status == 200, received
 
             try:
                 await self._drive(send, build, stdin_closed)
@@ -324,27 +391,31 @@ class _Generator:
         else:
             import grpc
 
+            compression = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip,
+                           "deflate": grpc.Compression.Deflate}[self.args.grpc_compression]
             async with grpc.aio.insecure_channel(self.args.url, options=[
-                    ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]) as channel:
+                    ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+                    compression=compression) as channel:
                 call = channel.unary_unary(GRPC_METHOD)
                 build = self._grpc_requests()
 
-                async def send(data: bytes) -> bool:
+                async def send(data: bytes) -> tuple[bool, int]:
                     try:
-                        await call(data, timeout=60)
+                        answer = await call(data, timeout=60)
                     except grpc.RpcError:
-                        return False
-                    return True
+                        return False, 0
+                    return True, len(answer) + _GRPC_PREFIX_BYTES
 
                 await self._drive(send, build, stdin_closed)
 
     async def _one(self, send, build, stream: int) -> None:
         started = time.monotonic_ns()
         try:
-            ok = await send(build(stream))
+            data, sent = build(stream)
+            ok, received = await send(data)
         except Exception:  # a refused connection is a failed request, not the generator's end
-            ok = False
-        self.records.append((started, time.monotonic_ns(), 1 if ok else 0))
+            ok, sent, received = False, 0, 0
+        self.records.append((started, time.monotonic_ns(), 1 if ok else 0, sent, received))
 
     async def _drive(self, send, build, stdin_closed) -> None:
         flusher = asyncio.ensure_future(self._flush_forever())
@@ -429,6 +500,10 @@ def main() -> None:
     parser.add_argument("--sequence-id-end", type=int, default=0, help="excluded; 0: unbounded")
     parser.add_argument("--num-of-sequences", type=int, default=4, help="active sequences at a request rate")
     parser.add_argument("--string-sequence-ids", action="store_true", help="send the ids as strings")
+    parser.add_argument("--request-compression", choices=("none", *_WBITS), default="none", help="HTTP bodies")
+    parser.add_argument("--response-compression", choices=("none", *_WBITS), default="none",
+                        help="HTTP: ask for compressed answers (Accept-Encoding) and decompress them")
+    parser.add_argument("--grpc-compression", choices=("none", *_WBITS), default="none")
     args = parser.parse_args()
     if (args.concurrency > 0) == (args.rate > 0):
         parser.error("give --concurrency or --rate")

@@ -1,9 +1,5 @@
-"""Tensors from tables, and request data for a measurement.
-
-:func:`frame_to_inputs` turns a DataFrame into a model's input tensors by its config (Triton's JSON
-form): a column per input (scalars, or lists per row), or ``NAME_0..k`` columns for an input with
-several values per row; text becomes numbers where the input is numeric. ``%%triton_infer`` and the
-measurements both use it. Request data for a measurement: from a DataFrame, the fraud generator, random or zero tensors
+"""Request data for a measurement: from a DataFrame (its rows become tensors by the rules of
+:mod:`triton_nb.frames`), the fraud generator, random or zero tensors
 shaped by the model's config, or a JSON file in perf_analyzer's ``--input-data`` format (optionally with a share of them
 repeated, for a response cache: ``repeat_ratio``); and the
 same requests encoded once for the wire (HTTP binary tensors, gRPC ``ModelInferRequest``, or either
@@ -13,11 +9,10 @@ no time serializing."""
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,23 +21,29 @@ import numpy as np
 import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.frames import frame_to_inputs
 from triton_nb.server.protocol import array_to_buffer
 from triton_nb.tensors import numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = [
+    "COMPRESSIONS",
+    "TENSOR_FORMATS",
     "SharedMemoryPlaces",
     "TensorPlace",
-    "config_datatype",
     "encode_grpc",
     "encode_http",
-    "frame_to_inputs",
+    "mix_label",
     "request_inputs",
-    "to_datatype",
-    "values_to_inputs",
+    "row_mix",
     "with_repeats",
 ]
 
 InputData = pd.DataFrame | dict | str | os.PathLike | None
+#: perf_analyzer's ``--input-tensor-format`` / ``--output-tensor-format`` values (HTTP).
+TENSOR_FORMATS = ("binary", "json")
+#: tritonclient's request and response compression algorithms (HTTP), and perf_analyzer's
+#: ``--grpc-compression-algorithm`` values ("none" and the two gRPC offers).
+COMPRESSIONS = ("none", "gzip", "deflate")
 
 
 def _specs(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,102 +87,6 @@ def _synthetic(config: dict[str, Any], rows: int, kind: str, seed: int) -> dict[
     return arrays
 
 
-def config_datatype(spec: Mapping[str, Any]) -> str:
-    """Triton's wire datatype ("FP32", "BYTES") of a config tensor in JSON form."""
-    name = str(spec.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
-    return "BYTES" if name == "STRING" else name
-
-
-def _dims(spec: Mapping[str, Any]) -> list[int]:
-    return [int(d) for d in spec.get("dims", [])]
-
-
-def _to_bytes(values: np.ndarray) -> np.ndarray:
-    def one(value: Any) -> bytes:
-        if isinstance(value, bytes):
-            return value
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return b""
-        return str(value).encode("utf-8")
-
-    flat = np.empty(np.size(values), dtype=object)
-    flat[:] = [one(v) for v in np.asarray(values, dtype=object).reshape(-1)]
-    return flat.reshape(np.shape(values))
-
-
-def to_datatype(values: Any, datatype: str, what: str) -> np.ndarray:
-    array = np.asarray(values, dtype=object) if datatype == "BYTES" else np.asarray(values)
-    if datatype == "BYTES":
-        return _to_bytes(array)
-    dtype = triton_to_numpy_dtype(datatype)
-    if array.dtype == dtype:
-        return array
-    try:
-        if array.dtype.kind in "OUS" and dtype.kind in "iuf":
-            array = pd.to_numeric(pd.Series(array.reshape(-1)), errors="raise").to_numpy().reshape(array.shape)
-        return array.astype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"{what} cannot become {datatype}: {exc}") from None
-
-
-def _shaped(array: np.ndarray, dims: list[int], batching: bool, what: str) -> np.ndarray:
-    """Give ``array`` the request shape: a batch dimension first when the model batches."""
-    if batching and array.ndim == len(dims) and all(d > 0 for d in dims):
-        array = array.reshape([-1, *dims])
-    elif batching and array.ndim == 1 and dims == [1]:
-        array = array.reshape(-1, 1)
-    expected = len(dims) + (1 if batching else 0)
-    if array.ndim != expected:
-        batch = "[-1] + " if batching else ""
-        raise InvalidArgumentError(f"{what} has shape {list(array.shape)}; the model expects {batch}{dims}")
-    return array
-
-
-def frame_to_inputs(config: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """A DataFrame's columns as the model's inputs: ``NAME`` (scalars or lists per row) or
-    ``NAME_0..k`` for an input with several values per row."""
-    if len(frame) == 0:
-        raise InvalidArgumentError("the input has no rows")
-    batching = int(config.get("max_batch_size", 0)) > 0
-    arrays = {}
-    for spec in config.get("input", []):
-        name, datatype, dims = spec["name"], config_datatype(spec), _dims(spec)
-        if name in frame.columns:
-            column = frame[name]
-            first = column.iloc[0]
-            values = (np.stack([np.asarray(v) for v in column]) if isinstance(first, list | tuple | np.ndarray)
-                      else column.to_numpy())
-        else:
-            width = math.prod(dims) if dims and all(d > 0 for d in dims) else 0
-            parts = [f"{name}_{i}" for i in range(width)]
-            if width and all(p in frame.columns for p in parts):
-                values = frame[parts].to_numpy()
-            elif spec.get("optional"):
-                continue
-            else:
-                close = difflib.get_close_matches(name, [str(c) for c in frame.columns], n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise InvalidArgumentError(f"the input has no column '{name}' for model '{config.get('name')}'{hint}")
-        array = to_datatype(values, datatype, f"column '{name}'")
-        arrays[name] = _shaped(array, dims, batching, f"column '{name}'")
-    return arrays
-
-
-def values_to_inputs(config: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    specs = {spec["name"]: spec for spec in config.get("input", [])}
-    batching = int(config.get("max_batch_size", 0)) > 0
-    arrays = {}
-    for name, value in data.items():
-        spec = specs.get(name)
-        if spec is None:
-            close = difflib.get_close_matches(str(name), list(specs), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise InvalidArgumentError(f"model '{config.get('name')}' has no input '{name}'{hint}")
-        array = to_datatype(value, config_datatype(spec), f"input '{name}'")
-        arrays[name] = _shaped(array, _dims(spec), batching, f"input '{name}'")
-    return arrays
-
-
 def _from_frame(config: dict[str, Any], frame: pd.DataFrame, rows: int, count: int) -> list[dict[str, np.ndarray]]:
     if len(frame) < rows:
         raise InvalidArgumentError(f"the input data has {len(frame)} rows; each request needs {rows}")
@@ -209,7 +114,7 @@ def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[
             if name not in specs:
                 raise InvalidArgumentError(f"input data file {path}: entry {number} names unknown input '{name}'")
             dtype = triton_to_numpy_dtype(specs[name]["data_type"])
-            shape = _dims(specs[name])
+            shape = [int(d) for d in specs[name].get("dims", [])]
             if isinstance(value, dict) and "b64" in value:
                 raw = base64.b64decode(value["b64"])
                 array = (np.array([raw], dtype=object) if dtype.kind == "O" else np.frombuffer(raw, dtype))
@@ -246,12 +151,47 @@ def _from_json_file(config: dict[str, Any], path: Path, rows: int) -> list[dict[
     return requests
 
 
-def request_inputs(config: dict[str, Any], input_data: InputData = "random", rows_per_request: int = 1,
-                   count: int = 16, seed: int = 0, repeat_ratio: float = 0.0) -> list[dict[str, np.ndarray]]:
+RowsPerRequest = int | Sequence[int]
+
+
+def row_mix(sizes: RowsPerRequest, weights: Sequence[float] | None, count: int, seed: int = 0) -> list[int]:
+    """The rows of each of ``count`` requests: every size of ``sizes`` in proportion to its weight
+    (equal weights by default; whole counts by largest remainder), in a seeded random order. A
+    single size gives ``count`` requests of it."""
+    sizes = [sizes] if isinstance(sizes, (int, np.integer)) else list(sizes)
+    if not sizes or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in sizes):
+        raise InvalidArgumentError(f"rows_per_request must be a whole number >= 1 or a list of them, got {sizes!r}")
+    if len(set(sizes)) != len(sizes):
+        raise InvalidArgumentError(f"rows_per_request lists a size twice: {sizes!r}")
+    shares = np.ones(len(sizes)) if weights is None else np.asarray(list(weights), float)
+    if shares.shape != (len(sizes),) or not np.all(np.isfinite(shares)) or (shares < 0).any() or shares.sum() <= 0:
+        raise InvalidArgumentError(f"rows_per_request_weights must be one weight >= 0 per size of {sizes!r} "
+                                   f"(not all 0), got {weights!r}")
+    exact = shares / shares.sum() * count
+    counts = np.floor(exact).astype(int)
+    for index in np.argsort(-(exact - counts), kind="stable")[:count - int(counts.sum())]:
+        counts[index] += 1
+    plan = np.repeat(np.asarray(sizes, int), counts)
+    return [int(v) for v in np.random.default_rng(seed).permutation(plan)]
+
+
+def mix_label(rows: Sequence[int]) -> str:
+    """The mix a sequence of row counts holds, as ``"1:90%,8:9%,64:1%"`` (sizes ascending)."""
+    values, counts = np.unique(np.asarray(rows, int), return_counts=True)
+    return ",".join(f"{v}:{100 * c / len(rows):.3g}%" for v, c in zip(values, counts, strict=True))
+
+
+def request_inputs(config: dict[str, Any], input_data: InputData = "random", rows_per_request: RowsPerRequest = 1,
+                   count: int = 16, seed: int = 0, repeat_ratio: float = 0.0,
+                   rows_per_request_weights: Sequence[float] | None = None) -> list[dict[str, np.ndarray]]:
     """Up to ``count`` distinct requests of ``rows_per_request`` rows for the model whose config
     (Triton's JSON form) is given. ``input_data``: a DataFrame (columns matched to inputs by
     name), ``"fraud"`` (generated TabFormer transactions), ``"random"``, ``"zero"``, or the path of
     a JSON file in perf_analyzer's format.
+
+    ``rows_per_request`` a list of sizes (with ``rows_per_request_weights``, default equal): exactly
+    ``count`` requests whose sizes follow the mix (:func:`row_mix`); each size's requests are the
+    first ones the data gives for that size, reused in turn when it gives fewer.
 
     ``repeat_ratio`` (0 <= r < 1): exactly ``count`` requests, of which ``round(count * (1 - r))``
     are distinct (the first ones the data gives) and the rest repeat requests that came earlier in
@@ -259,14 +199,27 @@ def request_inputs(config: dict[str, Any], input_data: InputData = "random", row
     cache large enough, a share ``r`` of them are hits (see :func:`with_repeats`)."""
     if not 0.0 <= repeat_ratio < 1.0:
         raise InvalidArgumentError(f"repeat_ratio must be at least 0 and below 1, got {repeat_ratio}")
+    mixed = not isinstance(rows_per_request, (int, np.integer)) or rows_per_request_weights is not None
     if repeat_ratio:
         distinct = max(1, round(count * (1.0 - repeat_ratio)))
-        unique = request_inputs(config, input_data, rows_per_request, distinct, seed)[:distinct]
+        unique = request_inputs(config, input_data, rows_per_request, distinct, seed,
+                                rows_per_request_weights=rows_per_request_weights)[:distinct]
         if len(unique) < distinct:
             raise InvalidArgumentError(
                 f"repeat_ratio {repeat_ratio} over {count} requests needs {distinct} distinct requests; the input "
                 f"data gives {len(unique)} (give more rows, or a smaller request count)")
         return with_repeats(unique, count, seed)
+    if mixed:
+        sizes = row_mix(rows_per_request, rows_per_request_weights, count, seed)
+        made = {size: request_inputs(config, input_data, size, sizes.count(size), seed) for size in set(sizes)}
+        used = dict.fromkeys(made, 0)
+        out = []
+        for size in sizes:
+            if not made[size]:
+                raise InvalidArgumentError(f"the input data gives no request of {size} rows")
+            out.append(made[size][used[size] % len(made[size])])
+            used[size] += 1
+        return out
     if rows_per_request < 1:
         raise InvalidArgumentError(f"rows_per_request must be >= 1, got {rows_per_request}")
     if rows_per_request > 1 and not _batched(config):
@@ -329,21 +282,38 @@ class SharedMemoryPlaces:
     outputs: dict[str, TensorPlace]
 
 
-def encode_http(model: str, inputs: dict[str, np.ndarray],
-                places: SharedMemoryPlaces | None = None) -> tuple[bytes, int]:
-    """A KServe v2 request with binary tensors: the body and its JSON header's length. The header's
-    ``parameters`` object comes last (the load generator adds sequence parameters just before its
-    closing brace).
+def _json_data(array: np.ndarray) -> list[Any]:
+    """A tensor's values as the ``data`` of a JSON input, flattened in row-major order, as
+    tritonclient writes them (BYTES elements as UTF-8 strings)."""
+    if array.dtype.kind in "OSU":
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    return array.ravel().tolist()
+
+
+def encode_http(model: str, inputs: dict[str, np.ndarray], places: SharedMemoryPlaces | None = None, *,
+                input_format: str = "binary", output_format: str = "binary") -> tuple[bytes, int]:
+    """A KServe v2 request: the body and its JSON header's length. ``input_format`` "binary" sends
+    the tensors after the JSON header (the binary tensor data extension); "json" puts them in it
+    as ``data`` lists (the body is then the JSON alone, its length the header's).
+    ``output_format``: whether the server is asked for binary outputs (``binary_data_output``) or
+    JSON ones. The header's ``parameters`` object comes last (the load generator adds sequence
+    parameters just before its closing brace).
 
     With ``places`` (system shared memory), each input names its region and carries no data, and
     each output of ``places.outputs`` is requested with its region: the body is the JSON header
     alone (its length is the body's)."""
+    if input_format not in TENSOR_FORMATS or output_format not in TENSOR_FORMATS:
+        raise InvalidArgumentError(f"tensor formats are {' or '.join(TENSOR_FORMATS)}, got input "
+                                   f"{input_format!r} and output {output_format!r}")
     header: dict[str, Any] = {"inputs": []}
     buffers = []
     for name, array in inputs.items():
-        entry = {"name": name, "shape": list(array.shape), "datatype": numpy_to_triton_dtype(array.dtype)}
+        entry: dict[str, Any] = {"name": name, "shape": list(array.shape),
+                                 "datatype": numpy_to_triton_dtype(array.dtype)}
         if places is not None:
             entry["parameters"] = places.inputs[name].parameters()
+        elif input_format == "json":
+            entry["data"] = _json_data(array)
         else:
             data = array_to_buffer(array)
             entry["parameters"] = {"binary_data_size": len(data)}
@@ -354,7 +324,7 @@ def encode_http(model: str, inputs: dict[str, np.ndarray],
                              for name, place in places.outputs.items()]
     # never empty (the load generator appends members after a comma), and harmless with every
     # output in shared memory: it is only the default for outputs that do not say otherwise
-    header["parameters"] = {"binary_data_output": True}
+    header["parameters"] = {"binary_data_output": output_format == "binary"}
     encoded = json.dumps(header, separators=(",", ":")).encode()
     return encoded + b"".join(buffers), len(encoded)
 

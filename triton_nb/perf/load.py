@@ -1,9 +1,7 @@
-"""Load generation, and what a measurement talks to.
+"""Load generation on a server that a :class:`~triton_nb.transport.Transport` reaches.
 
-A :class:`Target` is a server to measure: the in-kernel server (any
-:class:`~triton_nb.server.service.InferenceService`: in-process calls, or its own HTTP/gRPC
-endpoints) or any KServe v2 server by URL, real Triton included. It gives the model's config and
-statistics and makes loads.
+:func:`open_load` makes the load a transport's protocol needs; the transport itself answers the
+measurement's other questions (the model's config, the statistics).
 
 A load keeps requests going — ``concurrency`` in flight (closed loop) or ``request_rate`` per second
 (open loop, constant or Poisson arrivals) — and hands over what completed since it was last asked.
@@ -20,6 +18,11 @@ stopping ends the sequences it cut short with one unrecorded END request each.
 With :class:`SystemSharedMemory` (perf_analyzer's ``--shared-memory system``), a network load's
 requests refer to registered shared-memory regions instead of carrying tensors: the inputs are
 written there once, before the load, and the outputs are written there by the server.
+
+With a :class:`WireFormat`, a network load's requests carry JSON tensors instead of binary ones, ask
+for JSON answers, or are compressed (HTTP), or gRPC compresses its messages; every distinct request
+is encoded once here and compressed once by the load generator, before the load. Network
+completions carry each request's and response's bytes on the wire; in-process ones have none.
 """
 
 from __future__ import annotations
@@ -42,17 +45,17 @@ from typing import Any
 import numpy as np
 
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.frames import config_datatype
 from triton_nb.perf import _loadgen
-from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, config_datatype, encode_grpc, encode_http
+from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, encode_grpc, encode_http
 from triton_nb.perf.stats import Completions
 from triton_nb.server.protocol import array_to_buffer
 from triton_nb.server.service import InferenceService
 from triton_nb.tensors import InferRequest, triton_to_numpy_dtype
+from triton_nb.transport import Transport
 
-__all__ = ["DEFAULT_OUTPUT_SHARED_MEMORY_SIZE", "SHARED_MEMORY_KINDS", "InProcessLoad", "NetworkLoad", "RemoteTarget",
-           "SequenceSpec", "ServerTarget", "SystemSharedMemory", "Target", "make_target"]
-
-PROTOCOLS = ("inprocess", "http", "grpc")
+__all__ = ["DEFAULT_OUTPUT_SHARED_MEMORY_SIZE", "SHARED_MEMORY_KINDS", "InProcessLoad", "NetworkLoad", "SequenceSpec",
+           "SystemSharedMemory", "WireFormat", "open_load"]
 
 #: perf_analyzer's ``--shared-memory`` choices.
 SHARED_MEMORY_KINDS = ("none", "system", "cuda")
@@ -348,7 +351,8 @@ class SystemSharedMemory:
     same bytes there, and the load generator never reads answers, so the sharing loses nothing.
 
     :meth:`open` creates the regions (``tritonclient.utils.shared_memory``) and registers them with
-    ``client`` (a ``tritonclient`` HTTP or gRPC client of the server measured); :meth:`close`
+    ``client`` (an HTTP or gRPC :class:`~triton_nb.transport.Transport` to the server measured, or a
+    ``tritonclient`` client of it); :meth:`close`
     unregisters and destroys them. Names carry a fresh uuid, so parallel measurements never collide.
     ``places[i]`` says where request ``i``'s tensors are (see :func:`~triton_nb.perf.inputs.encode_http`)."""
 
@@ -431,25 +435,55 @@ class SystemSharedMemory:
         self.close()
 
 
+# _loadgen.RECORD (``<qqBII``) as a packed numpy record
+_RECORD_DTYPE = np.dtype([("sent", "<i8"), ("answered", "<i8"), ("ok", "u1"), ("request_bytes", "<u4"),
+                          ("response_bytes", "<u4")])
+
 _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
               "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
+@dataclass(frozen=True)
+class WireFormat:
+    """How a network load's requests travel: perf_analyzer's ``--input-tensor-format`` and
+    ``--output-tensor-format`` (HTTP: "binary" or "json"), tritonclient's request and response
+    compression (HTTP: "none", "gzip", "deflate") and ``--grpc-compression-algorithm`` (gRPC)."""
+
+    input_tensor_format: str = "binary"
+    output_tensor_format: str = "binary"
+    request_compression: str = "none"
+    response_compression: str = "none"
+    grpc_compression_algorithm: str = "none"
+
+    def loadgen_arguments(self) -> list[str]:
+        return ["--request-compression", self.request_compression, "--response-compression",
+                self.response_compression, "--grpc-compression", self.grpc_compression_algorithm]
+
+
 class NetworkLoad:
     """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`);
-    with ``shared_memory`` (open, for these ``requests``), requests that refer to its regions."""
+    with ``shared_memory`` (open, for these ``requests``), requests that refer to its regions;
+    ``wire``: the tensor formats and compression. Completions carry the bytes each request and
+    response took on the wire (see :mod:`~triton_nb.perf._loadgen`)."""
 
     def __init__(self, protocol: str, url: str, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
                  distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None,
-                 shared_memory: SystemSharedMemory | None = None) -> None:
+                 shared_memory: SystemSharedMemory | None = None, wire: WireFormat | None = None) -> None:
         if (concurrency is None) == (request_rate is None):
             raise InvalidArgumentError("give concurrency or request_rate")
         if shared_memory is not None and len(shared_memory.places) != len(requests):
             raise InvalidArgumentError("shared_memory: the regions were laid out for other requests")
         places = shared_memory.places if shared_memory is not None else [None] * len(requests)
+        wire = wire or WireFormat()
         if protocol == "http":
-            payloads = [encode_http(model, r, p) for r, p in zip(requests, places, strict=True)]
+            encoded: dict[int, tuple[bytes, int]] = {}  # id() of a distinct request -> its payload
+            payloads = []
+            for request, place in zip(requests, places, strict=True):
+                if id(request) not in encoded:
+                    encoded[id(request)] = encode_http(model, request, place, input_format=wire.input_tensor_format,
+                                                       output_format=wire.output_tensor_format)
+                payloads.append(encoded[id(request)])
         else:
             payloads = [(encode_grpc(model, r, p), 0) for r, p in zip(requests, places, strict=True)]
         handle, self._payload_path = tempfile.mkstemp(prefix="triton-nb-perf-", suffix=".bin")
@@ -460,9 +494,10 @@ class NetworkLoad:
         level = ["--concurrency", str(concurrency)] if concurrency else ["--rate", str(request_rate)]
         self._command = [sys.executable, "-c", _BOOTSTRAP, str(Path(_loadgen.__file__)), "--protocol", protocol,
                          "--url", url, "--model", model, "--payloads", self._payload_path, *level,
-                         "--distribution", distribution, "--seed", str(seed),
+                         "--distribution", distribution, "--seed", str(seed), *wire.loadgen_arguments(),
                          *(sequences.loadgen_arguments() if sequences else [])]
-        self._recorder = _Recorder()
+        self._lock = threading.Lock()
+        self._batches: list[np.ndarray] = []  # the generator's records, as read
         self._process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
 
@@ -481,13 +516,22 @@ class NetworkLoad:
                 return
             (count,) = struct.unpack("<I", head)
             data = stream.read(count * size)
-            for started, finished, ok in _loadgen.RECORD.iter_unpack(data):
-                self._recorder.add(started, finished, bool(ok))
+            if len(data) == count * size and count:
+                records = np.frombuffer(data, _RECORD_DTYPE)
+                with self._lock:
+                    self._batches.append(records)
 
     def take(self) -> Completions:
         if self._process is not None and self._process.poll() not in (None, 0):
             raise RuntimeError(f"the load generator exited with status {self._process.returncode}")
-        return self._recorder.take()
+        with self._lock:
+            batches, self._batches = self._batches, []
+        if not batches:
+            return Completions()
+        records = np.concatenate(batches)
+        return Completions(records["sent"].astype(np.int64), records["answered"].astype(np.int64),
+                           records["ok"].astype(bool), records["request_bytes"].astype(np.int64),
+                           records["response_bytes"].astype(np.int64))
 
     def stop(self) -> None:
         if self._process is not None:
@@ -504,111 +548,13 @@ class NetworkLoad:
             os.unlink(self._payload_path)
 
 
-class Target:
-    """A server to measure: its models' configs and statistics, and loads on it."""
-
-    protocol: str
-
-    def config(self, model: str) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def statistics(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> InProcessLoad | NetworkLoad:
-        raise NotImplementedError
-
-    @contextlib.contextmanager
-    def shared_memory_client(self) -> Any:
-        """A ``tritonclient`` client of this target's protocol, to register shared-memory regions with."""
-        raise InvalidArgumentError(f"shared memory applies to HTTP and gRPC, not {self.protocol}")
-        yield
-
-
-class ServerTarget(Target):
-    """The in-kernel server, in-process or through its own HTTP/gRPC endpoints."""
-
-    def __init__(self, server: InferenceService, protocol: str = "inprocess") -> None:
-        if protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        if protocol != "inprocess" and protocol not in server.endpoints:
-            raise InvalidArgumentError(f"the server has no {protocol} endpoint: start it with {protocol}_port=0 "
-                                       f"(or a port) to measure over {protocol}")
-        self.server = server
-        self.protocol = protocol
-
-    def config(self, model: str) -> dict[str, Any]:
-        return self.server.model_config_json(model)
-
-    def statistics(self) -> dict[str, Any]:
-        return self.server.statistics()
-
-    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> InProcessLoad | NetworkLoad:
-        if self.protocol == "inprocess":
-            return InProcessLoad(self.server, model, requests, **level)
-        return NetworkLoad(self.protocol, self.server.endpoints[self.protocol], model, requests, **level)
-
-    @contextlib.contextmanager
-    def shared_memory_client(self) -> Any:
-        """A client of the server's own endpoint: the regions are registered the way any client does."""
-        if self.protocol == "inprocess":
-            raise InvalidArgumentError("shared memory applies to HTTP and gRPC (in-process calls copy nothing): "
-                                       "measure with protocol 'http' or 'grpc', or shared_memory='none'")
-        if self.protocol == "http":
-            import tritonclient.http as client_module
-        else:
-            import tritonclient.grpc as client_module
-        client = client_module.InferenceServerClient(self.server.endpoints[self.protocol])
-        try:
-            yield client
-        finally:
-            client.close()
-
-
-class RemoteTarget(Target):
-    """Any KServe v2 server by URL (``host:port``), real Triton included, over HTTP or gRPC."""
-
-    def __init__(self, url: str, protocol: str = "http") -> None:
-        if protocol not in ("http", "grpc"):
-            raise InvalidArgumentError(f"a remote server is measured over http or grpc, got {protocol!r}")
-        self.url = url.removeprefix("http://").removeprefix("https://").rstrip("/")
-        self.protocol = protocol
-        if protocol == "http":
-            import tritonclient.http as client
-        else:
-            import tritonclient.grpc as client
-        self.client = client.InferenceServerClient(self.url)
-
-    def config(self, model: str) -> dict[str, Any]:
-        if self.protocol == "http":
-            return self.client.get_model_config(model)
-        return self.client.get_model_config(model, as_json=True)["config"]
-
-    def statistics(self) -> dict[str, Any]:
-        if self.protocol == "http":
-            return self.client.get_inference_statistics()
-        return self.client.get_inference_statistics(as_json=True)
-
-    def load(self, model: str, requests: list[dict[str, np.ndarray]], **level: Any) -> NetworkLoad:
-        return NetworkLoad(self.protocol, self.url, model, requests, **level)
-
-    @contextlib.contextmanager
-    def shared_memory_client(self) -> Any:
-        yield self.client  # shared regions only work on the same host: the URL must be local
-
-    def load_config(self, model: str, config: dict[str, Any]) -> None:
-        """Reload ``model`` with a config override (the repository load API; explicit mode only)."""
-        import json
-
-        self.client.load_model(model, config=json.dumps(config))
-
-
-def make_target(target: Any, protocol: str | None = None) -> Target:
-    """A :class:`Target` from an in-kernel server, a URL, or a target."""
-    if isinstance(target, Target):
-        return target
-    if isinstance(target, str):
-        return RemoteTarget(target, protocol or "http")
-    if isinstance(target, InferenceService):
-        return ServerTarget(target, protocol or "inprocess")
-    raise InvalidArgumentError(f"measure an InferenceServer or a 'host:port' URL, got {type(target).__name__}")
+def open_load(transport: Transport, model: str, requests: list[dict[str, np.ndarray]],
+              **level: Any) -> InProcessLoad | NetworkLoad:
+    """A load on the server ``transport`` reaches, made the way its protocol needs: in-process calls
+    on the server itself, or a load-generator process speaking HTTP or gRPC to ``transport.url``.
+    ``level``: ``concurrency`` or ``request_rate`` (and the other keywords of the two loads; ``wire``
+    is for network loads only: in-process calls have no wire)."""
+    if transport.protocol == "inprocess":
+        level.pop("wire", None)
+        return InProcessLoad(transport.service, model, requests, **level)
+    return NetworkLoad(transport.protocol, transport.url, model, requests, **level)

@@ -17,7 +17,10 @@ references to system shared-memory regions registered for the measurement (see
 
 The load generator sends requests encoded once, before the measurement, and does not decode the
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
-on top is measured separately (``bench/bench_perf_tool.py``).
+on top is measured separately (``bench/bench_perf_tool.py``). Over HTTP the tensor format (binary
+or JSON) and compression are options, and every network row reports the mean bytes its requests
+and responses took on the wire (:class:`~triton_nb.perf.load.WireFormat`); requests can mix row
+counts (``rows_per_request=[1, 8, 64]``, ``rows_per_request_weights``).
 """
 
 from __future__ import annotations
@@ -32,17 +35,27 @@ from typing import Any
 import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.perf.inputs import InputData, request_inputs
+from triton_nb.perf.inputs import (
+    COMPRESSIONS,
+    TENSOR_FORMATS,
+    InputData,
+    RowsPerRequest,
+    mix_label,
+    request_inputs,
+    row_mix,
+)
 from triton_nb.perf.load import (
     DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
     SHARED_MEMORY_KINDS,
     SequenceSpec,
     SystemSharedMemory,
-    make_target,
+    WireFormat,
+    open_load,
 )
 from triton_nb.perf.stats import PERCENTILES, Completions, Window, is_stable, parse_range, server_breakdown, summarize
+from triton_nb.transport import Transport, connect
 
-__all__ = ["DEFAULT_SEQUENCE_LENGTH", "PERF_ANALYZER_COLUMNS", "measure", "parse_sequence_id_range",
+__all__ = ["DEFAULT_SEQUENCE_LENGTH", "PERF_ANALYZER_COLUMNS", "WIRE_OPTIONS", "measure", "parse_sequence_id_range",
            "write_perf_analyzer_csv"]
 
 _POLL_S = 0.05
@@ -85,13 +98,13 @@ def _levels(concurrency_range: Any, request_rate_range: Any) -> tuple[str, list[
 DEFAULT_SEQUENCE_LENGTH = 20
 
 
-def _sequence_config(resolved: Any, config: dict[str, Any]) -> dict[str, Any] | None:
+def _sequence_config(resolved: Transport, config: dict[str, Any]) -> dict[str, Any] | None:
     """The ``sequence_batching`` section of the model, or of the first composing model of an
     ensemble that has one (perf_analyzer treats such an ensemble as a sequence model too)."""
     if config.get("sequence_batching"):
         return config["sequence_batching"]
     for name in _composing(config):
-        batching = resolved.config(name).get("sequence_batching")
+        batching = resolved.model_config(name).get("sequence_batching")
         if batching:
             return batching
     return None
@@ -137,7 +150,7 @@ def parse_sequence_id_range(value: str | Sequence[int | None] | int | None) -> t
     return start, end
 
 
-def _sequence_spec(resolved: Any, config: dict[str, Any], sequence_length: int | None,
+def _sequence_spec(resolved: Transport, config: dict[str, Any], sequence_length: int | None,
                    sequence_length_variation: float, sequence_id_range: Any, num_of_sequences: int,
                    active_sequences: int, rows_per_request: int) -> SequenceSpec | None:
     """The sequences to run, or None for stateless requests: with ``sequence_length`` given, or by
@@ -180,6 +193,34 @@ def _check_shared_memory(shared_memory: str, output_shared_memory_size: int) -> 
                                    f"{output_shared_memory_size!r}")
 
 
+#: The wire options of :func:`measure` (client-side: set per measurement, the server untouched), their
+#: defaults and the protocol each applies to.
+WIRE_OPTIONS = {"input_tensor_format": ("binary", "http"), "output_tensor_format": ("binary", "http"),
+                "request_compression": ("none", "http"), "response_compression": ("none", "http"),
+                "grpc_compression_algorithm": ("none", "grpc")}
+
+
+def _wire_format(protocol: str, shared_memory: str, options: dict[str, str]) -> WireFormat:
+    """The wire options checked: known values, the protocol they apply to (naming perf_analyzer's
+    flag), and no JSON tensors with shared memory (whose requests carry no tensors)."""
+    for name, value in options.items():
+        default, applies_to = WIRE_OPTIONS[name]
+        flag = "--" + name.replace("_", "-")
+        choices = TENSOR_FORMATS if name.endswith("tensor_format") else COMPRESSIONS
+        if value not in choices:
+            raise InvalidArgumentError(f"{name} ({flag}) must be one of {', '.join(choices)}, got {value!r}")
+        if value != default and protocol != applies_to:
+            why = ("in-process calls have no wire format" if protocol == "inprocess"
+                   else "gRPC requests are protobuf (compress them with grpc_compression_algorithm)"
+                   if applies_to == "http" else "HTTP bodies take request_compression/response_compression")
+            raise InvalidArgumentError(f"{name} ({flag}) {value!r} applies to protocol {applies_to!r}, not "
+                                       f"{protocol!r}: {why}")
+        if name.endswith("tensor_format") and value == "json" and shared_memory != "none":
+            raise InvalidArgumentError(f"{name} ({flag}) 'json' does not go with shared_memory {shared_memory!r}: "
+                                       "tensors in shared memory are not in the requests")
+    return WireFormat(**options)
+
+
 def measure(
     target: Any,
     model: str,
@@ -188,7 +229,8 @@ def measure(
     request_rate_range: str | Sequence[float] | float | None = None,
     protocol: str | None = None,
     input_data: InputData = "random",
-    rows_per_request: int = 1,
+    rows_per_request: RowsPerRequest = 1,
+    rows_per_request_weights: Sequence[float] | None = None,
     request_distribution: str = "constant",
     measurement_interval_ms: int = 5000,
     measurement_request_count: int | None = None,
@@ -205,11 +247,17 @@ def measure(
     num_of_sequences: int = 4,
     shared_memory: str = "none",
     output_shared_memory_size: int = DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
+    input_tensor_format: str = "binary",
+    output_tensor_format: str = "binary",
+    request_compression: str = "none",
+    response_compression: str = "none",
+    grpc_compression_algorithm: str = "none",
 ) -> pd.DataFrame:
     """Measure ``model`` at each load level; one row per level (see the module's docstring).
 
     ``target``: an in-kernel ``InferenceServer`` (``protocol`` "inprocess", "http" or "grpc" —
-    its own endpoints) or a ``host:port`` URL of any KServe v2 server ("http" or "grpc").
+    its own endpoints), a ``host:port`` URL of any KServe v2 server ("http" or "grpc"), or a
+    :class:`~triton_nb.transport.Transport` (see :func:`triton_nb.transport.connect`).
     ``concurrency_range``/``request_rate_range``: perf_analyzer's ``start:end:step``, a list, or
     one number. ``percentile``: judge stability on that latency percentile instead of the average
     (perf_analyzer's ``--percentile``). ``measurement_request_count``: windows end after that many
@@ -249,6 +297,33 @@ def measure(
     run on this host. ``output_shared_memory_size`` (``--output-shared-memory-size``, default 102400):
     the bytes per row of an output whose size the config does not give (BYTES or a variable
     dimension). "cuda" is refused: CUDA shared memory needs a GPU. Each row's ``shared_memory`` says which.
+
+    Rows per request: ``rows_per_request`` one size, or a list of sizes mixed in the proportions of
+    ``rows_per_request_weights`` (equal by default): the ``request_count`` requests (default 100
+    with a mix) hold each size in proportion, in a seeded order, and the load cycles through them,
+    so the sizes are sent in those proportions. Throughput counts the mix's mean rows per request;
+    each row's ``rows_per_request`` is that mean and ``rows_per_request_mix`` the mix sent
+    (``"1:90%,8:9%,64:1%"``).
+
+    The wire (HTTP and gRPC loads; client-side, the server is not touched), as perf_analyzer and
+    tritonclient send it: ``input_tensor_format`` (``--input-tensor-format``) "binary" (the binary
+    tensor data extension, the default) or "json" (tensors as JSON ``data`` lists);
+    ``output_tensor_format`` (``--output-tensor-format``) the same for the answers;
+    ``request_compression`` (``--request-compression``) "none", "gzip" or "deflate": each distinct
+    body compressed once, before the load, and sent with ``Content-Encoding``;
+    ``response_compression`` (``--response-compression``): answers asked for compressed
+    (``Accept-Encoding``) — the load generator decompresses them, as tritonclient does, so that
+    cost is in the client's latency; ``grpc_compression_algorithm`` (``--grpc-compression-algorithm``,
+    gRPC only): gRPC compresses each request message itself. These options apply to their protocol
+    only: in-process calls pass arrays and have no wire, so a non-default value there (or an HTTP
+    option over gRPC) raises :class:`~triton_nb.errors.InvalidArgumentError` naming it, as
+    perf_analyzer refuses an option its protocol lacks, rather than measuring something else.
+    Each row reports the options and ``request_bytes``/``response_bytes``: the mean bytes on the
+    wire per successful request and response — over HTTP the whole message (request or status
+    line, headers, body as sent, compressed or not); over gRPC the message with its 5-byte prefix
+    (HTTP/2 framing not counted); NaN in-process. The server's time to decode the request and
+    encode the answer is in ``server_compute_input_us``/``server_compute_output_us``, from its
+    statistics.
     """
     mode, levels = _levels(concurrency_range, request_rate_range)
     if percentile is not None and percentile not in PERCENTILES:
@@ -258,27 +333,43 @@ def measure(
     if measurement_interval_ms <= 0 or max_trials < 1 or stability_percentage <= 0:
         raise InvalidArgumentError("measurement_interval_ms, max_trials and stability_percentage must be > 0")
     _check_shared_memory(shared_memory, output_shared_memory_size)
-    resolved = make_target(target, protocol)
-    if shared_memory == "system" and resolved.protocol not in ("http", "grpc"):
-        raise InvalidArgumentError(f"shared_memory 'system' applies to HTTP and gRPC (in-process calls copy "
-                                   f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
-    config = resolved.config(model)
-    if request_count is None:
-        request_count = 100 if repeat_ratio else 16
-    requests = request_inputs(config, input_data, rows_per_request, count=request_count, repeat_ratio=repeat_ratio)
-    composing = _composing(config)
-    active = int(max(levels)) if mode == "concurrency" else num_of_sequences
-    sequences = _sequence_spec(resolved, config, sequence_length, sequence_length_variation, sequence_id_range,
-                               num_of_sequences, active, rows_per_request)
-    warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
+    wire_options = {"input_tensor_format": input_tensor_format, "output_tensor_format": output_tensor_format,
+                    "request_compression": request_compression, "response_compression": response_compression,
+                    "grpc_compression_algorithm": grpc_compression_algorithm}
+    if not isinstance(rows_per_request, int) and rows_per_request_weights is None and len(
+            list(rows_per_request)) == 1:
+        rows_per_request = int(next(iter(rows_per_request)))
+    mixed = not isinstance(rows_per_request, int) or rows_per_request_weights is not None
+    if mixed:
+        row_mix(rows_per_request, rows_per_request_weights, 1)  # checked before any connection
+    resolved = connect(target, protocol)
     rows = []
-    bar = None
     with contextlib.ExitStack() as cleanup:
+        if resolved is not target:  # made here, so closed here; a transport passed in stays open
+            cleanup.callback(resolved.close)
+        if shared_memory == "system" and resolved.protocol not in ("http", "grpc"):
+            raise InvalidArgumentError(f"shared_memory 'system' applies to HTTP and gRPC (in-process calls copy "
+                                       f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
+        wire = _wire_format(resolved.protocol, shared_memory, wire_options)
+        config = resolved.model_config(model)
+        if request_count is None:
+            request_count = 100 if repeat_ratio or mixed else 16
+        requests = request_inputs(config, input_data, rows_per_request, count=request_count,
+                                  repeat_ratio=repeat_ratio, rows_per_request_weights=rows_per_request_weights)
+        batched = int(config.get("max_batch_size", 0)) > 0
+        row_counts = [len(next(iter(r.values()))) if batched and r else 1 for r in requests]
+        mean_rows: float = (sum(row_counts) / len(row_counts)) if mixed and row_counts else rows_per_request
+        largest = max(row_counts) if row_counts else 1
+        composing = _composing(config)
+        active = int(max(levels)) if mode == "concurrency" else num_of_sequences
+        sequences = _sequence_spec(resolved, config, sequence_length, sequence_length_variation, sequence_id_range,
+                                   num_of_sequences, active, largest if mixed else rows_per_request)
+        warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
         regions = None
         if shared_memory == "system":
-            client = cleanup.enter_context(resolved.shared_memory_client())
-            regions = cleanup.enter_context(SystemSharedMemory(client, config, requests, rows_per_request,
+            regions = cleanup.enter_context(SystemSharedMemory(resolved, config, requests, largest,
                                                                output_shared_memory_size))
+        bar = None
         if progress:
             from tqdm.auto import tqdm
 
@@ -290,14 +381,17 @@ def measure(
                 load_kwargs["sequences"] = sequences
             if regions is not None:
                 load_kwargs["shared_memory"] = regions
-            rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, rows_per_request, warmup_s,
+            if resolved.protocol != "inprocess":
+                load_kwargs["wire"] = wire
+            rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, mean_rows, warmup_s,
                                        measurement_interval_ms / 1e3, measurement_request_count, stability_percentage,
                                        max_trials, percentile))
             rows[-1].update({"model": model, "protocol": resolved.protocol,
                              "concurrency": int(level) if mode == "concurrency" else math.nan,
                              "request_rate": level if mode == "request_rate" else math.nan,
                              "sequence_length": sequences.length if sequences is not None else math.nan,
-                             "shared_memory": shared_memory})
+                             "shared_memory": shared_memory, "rows_per_request_mix": mix_label(row_counts),
+                             **wire_options})
             if bar is not None:
                 bar.update(1)
     columns = ["model", "protocol", "concurrency", "request_rate", *PERF_ANALYZER_COLUMNS]
@@ -305,10 +399,10 @@ def measure(
     return frame[columns + [c for c in frame.columns if c not in columns]]
 
 
-def _measure_level(target: Any, model: str, requests: list, load_kwargs: dict[str, Any], composing: list[str],
-                   rows_per_request: int, warmup_s: float, interval_s: float, request_count: int | None,
+def _measure_level(target: Transport, model: str, requests: list, load_kwargs: dict[str, Any], composing: list[str],
+                   rows_per_request: float, warmup_s: float, interval_s: float, request_count: int | None,
                    stability_percentage: float, max_trials: int, percentile: int | None) -> dict[str, Any]:
-    load = target.load(model, requests, **load_kwargs)
+    load = open_load(target, model, requests, **load_kwargs)
     completions = Completions()
     windows: list[Window] = []
     snapshots: list[dict[str, Any]] = []
@@ -323,7 +417,7 @@ def _measure_level(target: Any, model: str, requests: list, load_kwargs: dict[st
             while time.monotonic() < deadline:
                 time.sleep(_POLL_S)
                 fresh = load.take()
-                completions.extend(fresh.start_ns, fresh.end_ns, fresh.ok)
+                completions.extend(fresh.start_ns, fresh.end_ns, fresh.ok, fresh.request_bytes, fresh.response_bytes)
                 if request_count and len(completions.between(begin, time.monotonic_ns())) >= request_count:
                     break
             end = time.monotonic_ns()
@@ -356,6 +450,8 @@ def _measure_level(target: Any, model: str, requests: list, load_kwargs: dict[st
         "trials": len(windows),
         "stable": is_stable(windows, stability_percentage, percentile),
         "rows_per_request": rows_per_request,
+        "request_bytes": span.request_bytes,
+        "response_bytes": span.response_bytes,
         "server_requests": breakdown.requests,
         "server_request_us": breakdown.request_us,
         "server_cache_hit_us": breakdown.cache_hit_us,

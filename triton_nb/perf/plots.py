@@ -10,7 +10,8 @@ existing ``ax`` to draw into, and then returns that axes' figure.
 * :func:`plot_throughput_vs_latency` -- Model Analyzer's throughput-vs-latency curve per config;
 * :func:`plot_latency_breakdown` -- perf_analyzer's latency components, stacked per load level;
 * :func:`plot_knob_heatmap` -- best throughput over two config knobs, with a latency budget;
-* :func:`plot_batch_size_histogram` -- how many executions ran at each batch size.
+* :func:`plot_batch_size_histogram` -- how many executions ran at each batch size;
+* :func:`plot_payload_comparison` -- tensor format and compression: throughput, latency, bytes.
 
 Charts show latencies in milliseconds.
 """
@@ -33,9 +34,11 @@ __all__ = [
     "BREAKDOWN_COLUMNS",
     "BREAKDOWN_LABELS",
     "OVER_BUDGET_GID",
+    "payload_label",
     "plot_batch_size_histogram",
     "plot_knob_heatmap",
     "plot_latency_breakdown",
+    "plot_payload_comparison",
     "plot_throughput_vs_latency",
 ]
 
@@ -218,23 +221,39 @@ def plot_throughput_vs_latency(
     by: str | None = "config",
     latency_budget_us: float | None = None,
     ax: Axes | None = None,
+    spread_from: str | None = None,
+    highlight: Any = None,
 ) -> Figure:
     """Model Analyzer's chart: throughput (y) against a latency percentile in ms (x).
 
-    Args:
-        results: one row per (config, load level), with ``throughput_infer_per_sec`` and the
-            ``latency`` column.
-        latency: the latency column for the x axis (microseconds; drawn in ms).
-        by: the column whose values each get one line (rows sorted by load level:
-            concurrency, then request rate). If ``None`` or absent from ``results``, the rows
-            make a single series.
-        latency_budget_us: if given, a vertical dashed line at this latency.
-        ax: axes to draw into; a new figure is made if ``None``.
+    Parameters
+    ----------
+    results
+        one row per (config, load level), with ``throughput_infer_per_sec`` and the
+        ``latency`` column.
+    latency
+        the latency column for the x axis (microseconds; drawn in ms).
+    by
+        the column whose values each get one line (rows sorted by load level:
+        concurrency, then request rate). If ``None`` or absent from ``results``, the rows
+        make a single series.
+    latency_budget_us
+        if given, a vertical dashed line at this latency.
+    ax
+        axes to draw into; a new figure is made if ``None``.
+    spread_from
+        another latency column (``"latency_p50_us"``, say): each point also gets a
+        bar from that latency to its own, showing the spread between the two percentiles.
+    highlight
+        the ``by`` value of one series to draw in full colour, the others faded
+        (the tuning panel marks the config measured last).
 
-    Returns:
-        The figure holding the chart.
+    Returns
+    -------
+    The figure holding the chart.
     """
-    frame = _check_results(results, ["throughput_infer_per_sec", latency])
+    frame = _check_results(results, ["throughput_infer_per_sec", latency]
+                           + ([spread_from] if spread_from is not None else []))
     budget = _check_budget(latency_budget_us)
     fig, ax = _figure_and_axes(ax, (7.0, 4.5))
 
@@ -242,13 +261,20 @@ def plot_throughput_vs_latency(
     for key, group in groups:
         group = _sort_by_load(group)
         label = _format_key(key) if key is not None else (_model_name(frame) or "results")
-        ax.plot(
+        alpha = 1.0 if highlight is None or key == highlight else 0.45
+        throughput = group["throughput_infer_per_sec"].to_numpy(dtype=float)
+        (line,) = ax.plot(
             group[latency].to_numpy(dtype=float) / _US_PER_MS,
-            group["throughput_infer_per_sec"].to_numpy(dtype=float),
+            throughput,
             marker="o",
-            linestyle="-",
+            linestyle="-" if len(group) > 1 else "none",
+            alpha=alpha,
             label=label,
         )
+        if spread_from is not None:
+            ax.hlines(throughput, group[spread_from].to_numpy(dtype=float) / _US_PER_MS,
+                      group[latency].to_numpy(dtype=float) / _US_PER_MS, colors=line.get_color(), alpha=alpha,
+                      linewidth=3)
     if budget is not None:
         ax.axvline(
             budget / _US_PER_MS,
@@ -286,14 +312,19 @@ def plot_latency_breakdown(
     server send/recv, server queue, server compute input / infer / output, client recv. A
     missing (NaN) component counts as 0.
 
-    Args:
-        results: rows with the breakdown columns and ``concurrency`` and/or ``request_rate``.
-        config: when ``results`` has a ``config`` column with several configs, the one to draw;
-            by default the first one in the frame.
-        ax: axes to draw into; a new figure is made if ``None``.
+    Parameters
+    ----------
+    results
+        rows with the breakdown columns and ``concurrency`` and/or ``request_rate``.
+    config
+        when ``results`` has a ``config`` column with several configs, the one to draw;
+        by default the first one in the frame.
+    ax
+        axes to draw into; a new figure is made if ``None``.
 
-    Returns:
-        The figure holding the chart.
+    Returns
+    -------
+    The figure holding the chart.
     """
     frame = _check_results(results, BREAKDOWN_COLUMNS)
     if not any(column in frame.columns for column in _LOAD_COLUMNS):
@@ -372,17 +403,25 @@ def plot_knob_heatmap(
 
     Combinations never measured are left blank.
 
-    Args:
-        results: the sweep's rows, with columns ``x``, ``y``, ``value`` (and ``latency`` when a
-            budget is given).
-        x, y: the knob columns for the two axes. Values may be numbers, strings or tuples.
-        value: the column to maximise, throughput by default.
-        latency: the latency column the budget applies to (microseconds).
-        latency_budget_us: the latency budget in microseconds, or ``None``.
-        ax: axes to draw into; a new figure is made if ``None``.
+    Parameters
+    ----------
+    results
+        the sweep's rows, with columns ``x``, ``y``, ``value`` (and ``latency`` when a
+        budget is given).
+    x, y
+        the knob columns for the two axes. Values may be numbers, strings or tuples.
+    value
+        the column to maximise, throughput by default.
+    latency
+        the latency column the budget applies to (microseconds).
+    latency_budget_us
+        the latency budget in microseconds, or ``None``.
+    ax
+        axes to draw into; a new figure is made if ``None``.
 
-    Returns:
-        The figure holding the chart.
+    Returns
+    -------
+    The figure holding the chart.
     """
     if x == y:
         raise InvalidArgumentError(f"x and y must be different columns, both are {x!r}")
@@ -496,14 +535,18 @@ def plot_batch_size_histogram(
 ) -> Figure:
     """Bars of execution counts per batch size.
 
-    Args:
-        results_or_batch_sizes: a dict ``{batch_size: execution_count}``, or a results
-            DataFrame whose ``batch_sizes`` column holds such a dict per row (empty dicts and
-            missing values are skipped); the rows' counts are summed.
-        ax: axes to draw into; a new figure is made if ``None``.
+    Parameters
+    ----------
+    results_or_batch_sizes
+        a dict ``{batch_size: execution_count}``, or a results
+        DataFrame whose ``batch_sizes`` column holds such a dict per row (empty dicts and
+        missing values are skipped); the rows' counts are summed.
+    ax
+        axes to draw into; a new figure is made if ``None``.
 
-    Returns:
-        The figure holding the chart: one bar per batch size seen, in increasing order.
+    Returns
+    -------
+    The figure holding the chart: one bar per batch size seen, in increasing order.
     """
     total: dict[int, int] = {}
     if isinstance(results_or_batch_sizes, pd.DataFrame):
@@ -536,4 +579,52 @@ def plot_batch_size_histogram(
     ax.margins(y=0.12)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)
+    return fig
+
+
+def payload_label(row: Mapping[str, Any]) -> str:
+    """A measurement's payload in a few words: ``"json"``, ``"binary + gzip"``, ``"json in, binary out"``."""
+    def option(name: str, default: str) -> str:
+        value = row.get(name)
+        return value if isinstance(value, str) else default  # NaN where a row lacks it
+
+    inputs, outputs = option("input_tensor_format", "binary"), option("output_tensor_format", "binary")
+    label = inputs if inputs == outputs else f"{inputs} in, {outputs} out"
+    compressions = {option(name, "none") for name in ("request_compression", "response_compression",
+                                                      "grpc_compression_algorithm")} - {"none"}
+    return " + ".join([label, *sorted(compressions)])
+
+
+def plot_payload_comparison(results: pd.DataFrame) -> Figure:
+    """The payload trade-off: for each payload (tensor format and compression) and load level,
+    throughput, p50 and p99 latency, and the mean request and response bytes on the wire — three
+    panels of grouped bars, the load levels side by side."""
+    frame = _check_results(results, ("throughput_infer_per_sec", "latency_p50_us", "latency_p99_us",
+                                     "request_bytes", "response_bytes", "concurrency"))
+    frame = frame.assign(payload=[payload_label(row) for row in frame.to_dict("records")])
+    payloads = list(dict.fromkeys(frame["payload"]))
+    levels = sorted(frame["concurrency"].dropna().unique())
+    fig = Figure(figsize=(11, 3.6), layout="constrained")
+    throughput_ax, latency_ax, bytes_ax = fig.subplots(1, 3)
+    width = 0.8 / max(1, len(levels))
+    positions = np.arange(len(payloads))
+    for number, level in enumerate(levels):
+        at = frame[frame["concurrency"] == level].set_index("payload").reindex(payloads)
+        offset = positions + (number - (len(levels) - 1) / 2) * width
+        throughput_ax.bar(offset, at["throughput_infer_per_sec"], width, label=f"{level:g} in flight")
+        latency_ax.bar(offset, at["latency_p99_us"] / 1e3, width, alpha=0.45, label=f"p99, {level:g} in flight")
+        latency_ax.scatter(offset, at["latency_p50_us"] / 1e3, marker="_", s=200, color="black", zorder=3,
+                           label="p50" if number == 0 else None)
+        if number == 0:  # bytes per request do not depend on the load
+            bytes_ax.bar(positions - 0.2, at["request_bytes"], 0.4, label="request")
+            bytes_ax.bar(positions + 0.2, at["response_bytes"], 0.4, label="response")
+    for ax, title, unit in ((throughput_ax, "throughput", "infer/s"), (latency_ax, "latency", "ms"),
+                            (bytes_ax, "bytes on the wire per request", "bytes")):
+        ax.set_xticks(positions, payloads, rotation=15, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    model = _model_name(frame)
+    if model:
+        fig.suptitle(f"{model}: payload format and compression", fontsize=11)
     return fig

@@ -69,23 +69,42 @@ def parse_range(text: str | Sequence[float] | float, what: str) -> list[float]:
     return values
 
 
+def _no_bytes(count: int) -> np.ndarray:
+    return np.full(count, -1, np.int64)
+
+
 @dataclass
 class Completions:
-    """Requests that finished: when each was sent and answered (ns), and whether it succeeded."""
+    """Requests that finished: when each was sent and answered (ns), whether it succeeded, and the
+    bytes its request and response took on the wire (-1: not known, as for in-process calls)."""
 
     start_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     end_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     ok: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    request_bytes: np.ndarray | None = None
+    response_bytes: np.ndarray | None = None
 
-    def extend(self, start_ns: Any, end_ns: Any, ok: Any) -> None:
+    def __post_init__(self) -> None:
+        if self.request_bytes is None:
+            self.request_bytes = _no_bytes(len(self.end_ns))
+        if self.response_bytes is None:
+            self.response_bytes = _no_bytes(len(self.end_ns))
+
+    def extend(self, start_ns: Any, end_ns: Any, ok: Any, request_bytes: Any = None,
+               response_bytes: Any = None) -> None:
+        count = len(np.asarray(end_ns))
         self.start_ns = np.concatenate([self.start_ns, np.asarray(start_ns, np.int64)])
         self.end_ns = np.concatenate([self.end_ns, np.asarray(end_ns, np.int64)])
         self.ok = np.concatenate([self.ok, np.asarray(ok, bool)])
+        for name, values in (("request_bytes", request_bytes), ("response_bytes", response_bytes)):
+            fresh = _no_bytes(count) if values is None else np.asarray(values, np.int64)
+            setattr(self, name, np.concatenate([getattr(self, name), fresh]))
 
     def between(self, begin_ns: int, end_ns: int) -> Completions:
         """The requests answered within ``[begin_ns, end_ns)``."""
         mask = (self.end_ns >= begin_ns) & (self.end_ns < end_ns)
-        return Completions(self.start_ns[mask], self.end_ns[mask], self.ok[mask])
+        return Completions(self.start_ns[mask], self.end_ns[mask], self.ok[mask], self.request_bytes[mask],
+                           self.response_bytes[mask])
 
     def __len__(self) -> int:
         return len(self.end_ns)
@@ -102,14 +121,23 @@ class Window:
     throughput_infer_per_sec: float
     latency_avg_us: float
     latency_percentiles_us: dict[int, float]
+    #: the mean bytes on the wire of the successful requests and of their responses (NaN: not known)
+    request_bytes: float = float("nan")
+    response_bytes: float = float("nan")
 
     def latency_us(self, pct: int | None) -> float:
         return self.latency_avg_us if pct is None else self.latency_percentiles_us[pct]
 
 
-def summarize(completions: Completions, begin_ns: int, end_ns: int, rows_per_request: int = 1) -> Window:
+def _mean_bytes(values: np.ndarray) -> float:
+    known = values[values >= 0]
+    return float(known.mean()) if len(known) else float("nan")
+
+
+def summarize(completions: Completions, begin_ns: int, end_ns: int, rows_per_request: float = 1) -> Window:
     """The window ``[begin_ns, end_ns)``: throughput counts successful requests answered within
-    it, times the rows each carried, over the window's length; latencies are theirs."""
+    it, times the rows each carried (a mix's mean), over the window's length; latencies and bytes
+    on the wire are theirs."""
     if end_ns <= begin_ns:
         raise ValueError("a window must end after it begins")
     inside = completions.between(begin_ns, end_ns)
@@ -123,7 +151,8 @@ def summarize(completions: Completions, begin_ns: int, end_ns: int, rows_per_req
     else:
         avg = float("nan")
         pcts = dict.fromkeys(PERCENTILES, float("nan"))
-    return Window(begin_ns, end_ns, count, int((~good).sum()), count * rows_per_request / seconds, avg, pcts)
+    return Window(begin_ns, end_ns, count, int((~good).sum()), count * rows_per_request / seconds, avg, pcts,
+                  _mean_bytes(inside.request_bytes[good]), _mean_bytes(inside.response_bytes[good]))
 
 
 def is_stable(windows: Sequence[Window], stability_percentage: float = 10.0, latency_percentile: int | None = None,

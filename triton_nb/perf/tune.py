@@ -14,7 +14,12 @@ value), ``instance_count``, ``dynamic_batching`` (True/False: the dynamic batche
 default scheduler, one request per execution), ``response_cache`` (True/False: the model's
 ``response_cache { enable }``, live on the in-kernel server, which needs ``cache_size_bytes``; measure
 it with ``repeat_ratio`` so that requests repeat), and any ``parameters.<key>`` (FIL engine
-parameters, for instance).
+parameters, for instance). Client-side knobs change how the requests travel, not the server:
+``input_tensor_format``, ``output_tensor_format`` ("binary"/"json"), ``request_compression``,
+``response_compression`` ("none"/"gzip"/"deflate", HTTP) and ``grpc_compression_algorithm`` (gRPC),
+as :func:`~triton_nb.perf.measure` takes them; they are passed to each measurement, never applied to
+a config, so one sweep crosses the payload format with the server's knobs (format x delay x
+instances) and a recommended config carries the server's knobs only.
 
 An ensemble's composing models can be tuned together (``tuned_model=["preprocessing", "fil"]``: each
 candidate's knob values apply to every one of them), as Model Analyzer searches an ensemble's
@@ -37,18 +42,23 @@ from typing import Any
 import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.perf.load import Target, make_target
-from triton_nb.perf.measure import measure
+from triton_nb.perf.measure import WIRE_OPTIONS, measure
 from triton_nb.perf.stats import parse_range
+from triton_nb.transport import Transport, connect
 
-__all__ = ["BATCHING_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "TuneResult", "config_label", "config_with_knobs", "tune"]
+__all__ = ["BATCHING_KNOBS", "CLIENT_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "TuneResult", "config_label",
+           "config_with_knobs", "server_knobs", "tune"]
 
 BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
 # Knobs the in-kernel server changes live, without a reload (response_cache through
 # update_response_cache, the others through update_batching).
 LIVE_KNOBS = (*BATCHING_KNOBS, "dynamic_batching", "response_cache")
+#: Knobs of the client (how requests travel), passed to each measurement and never to the server.
+CLIENT_KNOBS = tuple(WIRE_OPTIONS)
 _SHORT = {"max_batch_size": "mbs", "max_queue_delay_microseconds": "delay_us", "preferred_batch_size": "preferred",
-          "instance_count": "instances", "dynamic_batching": "batching", "response_cache": "cache"}
+          "instance_count": "instances", "dynamic_batching": "batching", "response_cache": "cache",
+          "input_tensor_format": "in", "output_tensor_format": "out", "request_compression": "req_zip",
+          "response_compression": "resp_zip", "grpc_compression_algorithm": "grpc_zip"}
 #: The label of the baseline config that ``no_batching_baseline`` adds.
 NO_BATCHING = "dynamic batching off"
 EARLY_STOP_STEPS = 4
@@ -56,15 +66,24 @@ EARLY_STOP_GAIN = 0.05
 
 
 def _check_knob(name: str) -> None:
-    if name not in LIVE_KNOBS and not name.startswith("parameters."):
-        raise InvalidArgumentError(f"unknown knob '{name}': use {', '.join(LIVE_KNOBS)} or parameters.<key>")
+    if name not in LIVE_KNOBS and name not in CLIENT_KNOBS and not name.startswith("parameters."):
+        raise InvalidArgumentError(f"unknown knob '{name}': use {', '.join(LIVE_KNOBS + CLIENT_KNOBS)} or "
+                                   f"parameters.<key>")
+
+
+def server_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knobs a config takes: ``knobs`` without the client's (:data:`CLIENT_KNOBS`)."""
+    return {name: value for name, value in knobs.items() if name not in CLIENT_KNOBS}
 
 
 def config_with_knobs(config: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a config (Triton's JSON form) with knob values set."""
+    """A copy of a config (Triton's JSON form) with knob values set (client knobs are not the
+    config's: they are left out)."""
     out = copy.deepcopy(config)
     for name, value in knobs.items():
         _check_knob(name)
+        if name in CLIENT_KNOBS:
+            continue
         if name == "max_batch_size":
             out["max_batch_size"] = int(value)
         elif name == "dynamic_batching":
@@ -161,68 +180,67 @@ class TuneResult:
 
 
 class _Applier:
-    """Applies knob values to the tuned model and puts the original back."""
+    """Applies knob values to the tuned model and puts the original back.
 
-    def __init__(self, target: Target, model: str) -> None:
-        self.target = target
+    On an in-kernel server (``transport.service``, whichever protocol the measurements use) the
+    batching knobs change live (``update_batching``) and the others by a reload with a config
+    override; on a remote server every change is a reload through the transport (Triton's load
+    API with a config; explicit model control)."""
+
+    def __init__(self, transport: Transport, model: str) -> None:
+        self.transport = transport
+        self.server = transport.service
         self.model = model
-        self.original = target.config(model)
+        self.original = transport.model_config(model)
         self._reloaded = False
         self._cache_set = False  # response_cache changed live (restored at the end)
 
     def apply(self, knobs: dict[str, Any]) -> None:
-        from triton_nb.perf.load import ServerTarget
-
-        if isinstance(self.target, ServerTarget):
-            server = self.target.server
-            others = {k: v for k, v in knobs.items() if k not in LIVE_KNOBS}
-            if others:
-                current = knobs_of(self.target.config(self.model), list(others))
-                if current != others:
-                    server.load_model(self.model, config=config_with_knobs(self.original, knobs))
-                    self._reloaded = True
-            if "response_cache" in knobs:
-                # each config starts cold: entries of an earlier config would make its first pass hit
-                server.update_response_cache(self.model, enable=bool(knobs["response_cache"]), drop_entries=True)
-                self._cache_set = True
-            batching = {k: (list(v) if k == "preferred_batch_size" else v)
-                        for k, v in knobs.items() if k in LIVE_KNOBS and k != "response_cache"}
-            if "dynamic_batching" not in batching and "dynamic_batching" in self.original:
-                batching["dynamic_batching"] = True  # a baseline measured before may have turned it off
-            if batching.get("dynamic_batching") is False:
-                batching = {k: v for k, v in batching.items() if k in ("dynamic_batching", "instance_count")}
-            if batching:
-                server.update_batching(self.model, **batching)
-        elif hasattr(self.target, "load_config"):
-            self.target.load_config(self.model, config_with_knobs(self.original, knobs))
+        knobs = server_knobs(knobs)
+        server = self.server
+        if server is None:
+            self.transport.load_model(self.model, config_with_knobs(self.original, knobs))
             self._reloaded = True
-        else:
-            self.target.apply(self.model, knobs)
+            return
+        others = {k: v for k, v in knobs.items() if k not in LIVE_KNOBS}
+        if others:
+            current = knobs_of(self.transport.model_config(self.model), list(others))
+            if current != others:
+                server.load_model(self.model, config=config_with_knobs(self.original, knobs))
+                self._reloaded = True
+        if "response_cache" in knobs:
+            # each config starts cold: entries of an earlier config would make its first pass hit
+            server.update_response_cache(self.model, enable=bool(knobs["response_cache"]), drop_entries=True)
+            self._cache_set = True
+        batching = {k: (list(v) if k == "preferred_batch_size" else v)
+                    for k, v in knobs.items() if k in LIVE_KNOBS and k != "response_cache"}
+        if "dynamic_batching" not in batching and "dynamic_batching" in self.original:
+            batching["dynamic_batching"] = True  # a baseline measured before may have turned it off
+        if batching.get("dynamic_batching") is False:
+            batching = {k: v for k, v in batching.items() if k in ("dynamic_batching", "instance_count")}
+        if batching:
+            server.update_batching(self.model, **batching)
 
     def restore(self) -> None:
-        from triton_nb.perf.load import ServerTarget
-
-        if isinstance(self.target, ServerTarget):
-            if self._reloaded:
-                self.target.server.load_model(self.model, config=self.original)
-            if self._cache_set:
-                self.target.server.update_response_cache(
-                    self.model, enable=knobs_of(self.original, ["response_cache"])["response_cache"])
-            values = knobs_of(self.original, BATCHING_KNOBS)
-            if self.original.get("max_batch_size", 0) > 0 and "dynamic_batching" in self.original:
-                self.target.server.update_batching(
-                    self.model, dynamic_batching=True, max_batch_size=values["max_batch_size"],
-                    max_queue_delay_microseconds=values["max_queue_delay_microseconds"],
-                    preferred_batch_size=list(values["preferred_batch_size"]), instance_count=values["instance_count"])
-            elif self.original.get("max_batch_size", 0) > 0:
-                self.target.server.update_batching(self.model, dynamic_batching=False,
-                                                   instance_count=values["instance_count"])
-            else:
-                self.target.server.update_batching(self.model, instance_count=values["instance_count"])
-        elif hasattr(self.target, "load_config"):
-            self.target.load_config(self.model, self.original)
+        server = self.server
+        if server is None:
+            self.transport.load_model(self.model, self.original)
+            return
+        if self._reloaded:
+            server.load_model(self.model, config=self.original)
+        if self._cache_set:
+            enable = knobs_of(self.original, ["response_cache"])["response_cache"]
+            server.update_response_cache(self.model, enable=enable)
+        values = knobs_of(self.original, BATCHING_KNOBS)
+        if self.original.get("max_batch_size", 0) > 0 and "dynamic_batching" in self.original:
+            server.update_batching(
+                self.model, dynamic_batching=True, max_batch_size=values["max_batch_size"],
+                max_queue_delay_microseconds=values["max_queue_delay_microseconds"],
+                preferred_batch_size=list(values["preferred_batch_size"]), instance_count=values["instance_count"])
+        elif self.original.get("max_batch_size", 0) > 0:
+            server.update_batching(self.model, dynamic_batching=False, instance_count=values["instance_count"])
         else:
-            self.target.restore(self.model, self.original)
+            server.update_batching(self.model, instance_count=values["instance_count"])
 
 
 def _score(points: pd.DataFrame, objective: Any, latency_column: str) -> pd.Series:
@@ -253,7 +271,9 @@ def tune(
     latency_percentile: int = 99,
     protocol: str | None = None,
     input_data: Any = "random",
-    rows_per_request: int = 1,
+    rows_per_request: int | Sequence[int] = 1,
+    rows_per_request_weights: Sequence[float] | None = None,
+    wire: dict[str, str] | None = None,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
     shared_memory: str = "none",
@@ -276,7 +296,10 @@ def tune(
     models with dynamic batching off too, first (see :attr:`TuneResult.batching_gain`).
     ``repeat_ratio`` and ``request_count``: the requests' repetition, as :func:`~triton_nb.perf.measure`
     takes them (for the ``response_cache`` knob). ``shared_memory``: as :func:`~triton_nb.perf.measure`
-    takes it ("system": tensors in shared-memory regions, over HTTP or gRPC).
+    takes it ("system": tensors in shared-memory regions, over HTTP or gRPC). ``rows_per_request``
+    and ``rows_per_request_weights``: one size or a mix, as :func:`~triton_nb.perf.measure` takes them.
+    ``wire``: fixed values of the client knobs for every config (``{"request_compression": "gzip"}``);
+    to sweep one, give it in ``knobs`` instead (``{"input_tensor_format": ["binary", "json"], ...}``).
     """
     if not knobs:
         raise InvalidArgumentError("give at least one knob to vary")
@@ -286,11 +309,15 @@ def tune(
             raise InvalidArgumentError(f"knob '{name}' has no values")
     if search not in ("brute", "quick"):
         raise InvalidArgumentError(f"search must be 'brute' or 'quick', got {search!r}")
+    wire = dict(wire or {})
+    unknown = [name for name in wire if name not in CLIENT_KNOBS]
+    if unknown:
+        raise InvalidArgumentError(f"wire: unknown option(s) {', '.join(unknown)}: use {', '.join(CLIENT_KNOBS)}")
     names = list(knobs)
     grids = [[tuple(v) if isinstance(v, list) else v for v in knobs[name]] for name in names]
     levels = [int(c) for c in parse_range(concurrency_range, "concurrency_range")]
     latency_column = f"latency_p{latency_percentile}_us"
-    resolved = make_target(target, protocol)
+    resolved = connect(target, protocol)
     tuned = [tuned_model or model] if tuned_model is None or isinstance(tuned_model, str) else list(tuned_model)
     if not tuned:
         raise InvalidArgumentError("tuned_model: name at least one model")
@@ -321,9 +348,11 @@ def tune(
         for applier in appliers:
             applier.apply(values)
         config_points = []
+        client = {**wire, **{k: v for k, v in values.items() if k in CLIENT_KNOBS}}
         for level in levels:
             frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
-                            rows_per_request=rows_per_request, repeat_ratio=repeat_ratio,
+                            rows_per_request=rows_per_request, rows_per_request_weights=rows_per_request_weights,
+                            repeat_ratio=repeat_ratio, **client,
                             request_count=request_count, shared_memory=shared_memory,
                             measurement_interval_ms=measurement_interval_ms,
                             max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
@@ -374,6 +403,8 @@ def tune(
             bar.close()
         for applier in reversed(appliers):
             applier.restore()
+        if resolved is not target:  # made here, so closed here
+            resolved.close()
     if no_batching_baseline and "dynamic_batching" not in names:
         names = [*names, "dynamic_batching"]
     return _result(points, names, objective, budget_us, min_throughput, latency_column, appliers[0].original,

@@ -4,7 +4,7 @@
 the same requests work against it and against the original deployment:
 
 * ``preprocessing/`` — Python backend: ``1/model.py`` (a template of this package) with the
-  preprocessing rules (``fraud_encoding.py``), the restricted unpickler
+  preprocessing rules (the package ``fraud_encoding/``), the restricted unpickler
   (``fraud_safe_pickle.py``) and ``label_encoders.pkl`` (+ ``.json``) beside it; 14 raw inputs
   (User, Card, Year, Month, Day as FP32; the rest BYTES), output ``OUTPUT`` FP32 [15];
 * ``fil/`` — the XGBoost model: ``input__0`` FP32 [15] -> ``output__0`` FP32 [1], served by
@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_nb.repository.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
 from triton_nb.fraud.features import FP32_INPUTS
 from triton_nb.fraud.train import TrainedFraudModel
 from triton_nb.repository.config import ModelConfig, check_model_config, save_config
+from triton_nb.repository.fil_semantics import FilSettings
 from triton_nb.repository.tree_export import describe_tree_model, write_fil_model_file, write_onnx_model
 from triton_nb.repository.validate import errors_only, validate_repository
 from triton_nb.repository.warmup import add_file_sample, add_zero_sample
@@ -207,6 +207,24 @@ def _module_source(package: str, name: str) -> bytes:
     return resources.files(package).joinpath(name).read_bytes()
 
 
+def _write_package(package: str, target: Path) -> None:
+    """Copy a package's modules (``.py`` files, sub-packages too) into the folder ``target``.
+
+    Only the sources go: no ``__pycache__`` (bytecode of this interpreter, which a Triton image's
+    Python may not share) and nothing else a working copy may hold beside them.
+    """
+    _copy_sources(resources.files(package), target)
+
+
+def _copy_sources(source: Any, target: Path) -> None:
+    target.mkdir()
+    for entry in sorted(source.iterdir(), key=lambda item: item.name):
+        if entry.is_file() and entry.name.endswith(".py"):
+            (target / entry.name).write_bytes(entry.read_bytes())
+        elif entry.is_dir() and entry.joinpath("__init__.py").is_file():
+            _copy_sources(entry, target / entry.name)
+
+
 def _warmup_filename(tensor: str) -> str:
     """A plain file name for one input's warm-up data (``Errors?`` -> ``errors.bin``)."""
     return re.sub(r"[^0-9a-z]+", "_", tensor.lower()).strip("_") + ".bin"
@@ -223,7 +241,7 @@ def _write_preprocessing(folder: Path, model: TrainedFraudModel, batching: Batch
     version = folder / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_bytes(_template("preprocessing_model.py"))
-    (version / "fraud_encoding.py").write_bytes(_module_source("triton_nb.fraud", "encoding.py"))
+    _write_package("triton_nb.fraud.encoding", version / "fraud_encoding")
     (version / "fraud_safe_pickle.py").write_bytes(_module_source("triton_nb.fraud", "safe_pickle.py"))
     model.preprocessor.save_encoders(version)
     archive_name = _place_execution_env(folder, execution_env) if execution_env is not None else None

@@ -29,8 +29,8 @@ import numpy as np
 
 from triton_nb._native_logs import route_native_logs
 from triton_nb._optional import require_module
-from triton_nb.repository.fil_semantics import FilSettings
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.repository.fil_semantics import FilSettings
 
 __all__ = [
     "FIL_EXPORT_FILENAMES",

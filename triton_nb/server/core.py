@@ -48,206 +48,87 @@ from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.instances import InstanceOptions, set_instance_count
 from triton_nb.server.models import ModelManager, _Model, _Version
 from triton_nb.server.network import FrontendOptions, NetworkFrontends
-from triton_nb.server.rate_limiter import RATE_LIMIT_MODES, RateLimiter
+from triton_nb.server.rate_limiter import RateLimiter
+from triton_nb.server.settings import ServerSettings, parameters_doc
 from triton_nb.server.shared_memory import SharedMemoryRegistry
 from triton_nb.server.stats import ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
-__all__ = ["MODEL_CONTROL_MODES", "Server"]
+__all__ = ["Server"]
 
 log = logging.getLogger(__name__)
 
-MODEL_CONTROL_MODES = ("none", "explicit", "poll")
-PYTHON_INSTANCE_KINDS = ("thread", "process")
 
 _S = TypeVar("_S", bound="Server")  # start() and __enter__ return the subclass they are called on
 
 
 class Server:
-    """A Triton-compatible server running inside this process (the engine; the public class,
+    __doc__ = """A Triton-compatible server running inside this process (the engine; the public class,
     with ``client()`` and ``tune()``, is :class:`triton_nb.InferenceServer`).
 
     Parameters
     ----------
-    model_repository:
+    model_repository : str or os.PathLike
         The repository folder (Triton's layout).
-    model_control_mode:
-        ``"none"``, ``"explicit"`` or ``"poll"``, as Triton's ``--model-control-mode``.
-    load_models:
-        In explicit mode, the models to load at start (``"*"`` for all), as ``--load-model``.
-    repository_poll_secs:
-        In poll mode, how often the repository is scanned for changes.
-    http_port, grpc_port, metrics_port:
-        Serve KServe v2 HTTP, Triton gRPC and Prometheus metrics on these ports (0 picks a free
-        port; :attr:`http_port` and the others report what was bound). None (the default)
-        leaves an endpoint off: in-process calls need no network.
-    http_address, grpc_address, metrics_address:
-        Interfaces to listen on; loopback unless told otherwise (a warning is logged otherwise).
-    max_request_bytes, max_tensor_elements, grpc_max_message_bytes:
-        Bounds on one request over the network: body size (after decompression), elements one
-        tensor may declare, and gRPC message size.
-    exit_timeout_secs:
-        On :meth:`stop`, how long requests in flight over the network have to finish before the
-        rest are failed (Triton's ``--exit-timeout-secs``).
-    http_read_timeout_secs, http_timeout_keep_alive_secs:
-        An HTTP request must arrive whole (head and body) within ``http_read_timeout_secs`` of its
-        first byte, or it is answered 408 and its connection closed (slow clients); a connection
-        with no request under way is closed after ``http_timeout_keep_alive_secs`` idle.
-    max_pending_requests:
-        Requests that may wait or run at once, server-wide; past it requests are refused at once
-        with UNAVAILABLE (503), which bounds memory when clients outpace the models.
-    max_string_bytes:
-        The longest element a BYTES (string) input may hold, on every path (in-process too). The
-        fraud pipeline's strings are a few dozen bytes; the limit stops one enormous value from
-        costing the preprocessing its memory and time. Raise it for models that take documents.
-    network_model_control:
-        Let HTTP and gRPC clients load and unload models (the repository API). Off by default,
-        even in explicit mode: a load may carry a ``model.py`` as a file override, which is code
-        this process would run for anyone who can reach the port. The notebook's own calls
-        (:meth:`load_model`, the magics, the tuner) are not network calls and always work.
-    http_restricted_api, grpc_restricted_api:
-        Triton's restricted APIs: ``"<group>[,<group>...]:<key>=<value>"`` (or a list of them) lets
-        requests to those API groups (health, metadata, inference, shared-memory, model-config,
-        model-repository, statistics, trace, logging) through only with that header / gRPC
-        metadata; others get 403 / PERMISSION_DENIED.
-    freeze_gc:
-        Once the models are loaded, collect garbage and freeze what exists (``gc.freeze``), so that
-        the cyclic collector's full passes no longer walk the notebook's data and libraries while
-        requests are in flight (measured: the fraud ensemble's p99 at 64 in flight 64 ms -> 6.7 ms).
-        The last server to stop unfreezes. See :mod:`triton_nb.server.collector`.
-    cache_size_bytes:
-        Triton's local response cache of this many bytes (``tritonserver --cache-config
-        local,size=N``), shared by every model whose config says ``response_cache { enable: true }``:
-        an identical request is answered from it without running the model. None or 0 (the
-        default): no cache, as Triton without ``--cache-config``, and the models' flags do nothing.
-        See :mod:`triton_nb.server.cache` and :meth:`update_response_cache`.
-    backend_directory:
-        A folder of Python-based backends, as Triton's ``--backend-directory``: a config saying
-        ``backend: "NAME"`` runs ``<backend_directory>/NAME/model.py`` for that model (after
-        backends registered with :func:`triton_nb.backends.register_backend` and installed entry
-        points; see :mod:`triton_nb.backends.registry`).
-    python_instances:
-        ``"thread"`` (the default: Python-model instances are threads of this process, with no
-        hand-off cost) or ``"process"`` (a process per instance, as Triton's stubs: instances run in
-        parallel on several cores and a crash fails one batch, not the kernel; see
-        :mod:`triton_nb.backends.python_process`). A model with ``EXECUTION_ENV_PATH`` runs in
-        processes of its environment's interpreter either way.
-    metrics_config:
-        Triton's ``--metrics-config`` settings, e.g. ``["summary_latencies=true",
-        "summary_quantiles=0.5:0.05,0.99:0.001"]`` (or a dict of them): ``counter_latencies``,
-        ``summary_latencies``, ``summary_quantiles``, ``histogram_latencies``; an unknown key is an
-        error naming it. See :mod:`triton_nb.server.metrics`.
-    cpu_metrics:
-        Export Triton's CPU metrics (``nv_cpu_utilization``, ``nv_cpu_memory_total_bytes``,
-        ``nv_cpu_memory_used_bytes``: system-wide, from ``/proc``), as ``--allow-cpu-metrics``
-        (on by default, as in Triton).
-    """
+    settings : ServerSettings, optional
+        The options, validated (:class:`triton_nb.ServerSettings`; the defaults when omitted).
+        :attr:`settings` holds what the server runs with.
+    **options
+        The fields of :class:`~triton_nb.ServerSettings`, one by one as keywords (they override
+        ``settings``; an unknown name is a TypeError naming it):
+""" + parameters_doc() + "\n"
 
     def __init__(
         self,
         model_repository: str | os.PathLike[str],
-        *,
-        model_control_mode: str = "explicit",
-        load_models: list[str] | tuple[str, ...] | str = "*",
-        repository_poll_secs: float = 15.0,
-        http_port: int | None = None,
-        grpc_port: int | None = None,
-        metrics_port: int | None = None,
-        http_address: str = "127.0.0.1",
-        grpc_address: str = "127.0.0.1",
-        metrics_address: str = "127.0.0.1",
-        max_request_bytes: int = 64 * 1024 * 1024,
-        max_tensor_elements: int = 16 * 1024 * 1024,
-        grpc_max_message_bytes: int = 64 * 1024 * 1024,
-        exit_timeout_secs: float = 30.0,
-        http_read_timeout_secs: float = 60.0,
-        http_timeout_keep_alive_secs: float = 75.0,
-        http_restricted_api: list[str] | tuple[str, ...] | str = (),
-        grpc_restricted_api: list[str] | tuple[str, ...] | str = (),
-        max_pending_requests: int = 65536,
-        max_string_bytes: int = 1024 * 1024,
-        network_model_control: bool = False,
-        freeze_gc: bool = True,
-        cache_size_bytes: int | None = None,
-        rate_limit: str = "off",
-        rate_limit_resources: list[str] | tuple[str, ...] = (),
-        backend_directory: str | os.PathLike[str] | None = None,
-        python_instances: str = "thread",
-        metrics_config: list[str] | tuple[str, ...] | dict[str, Any] | None = None,
-        cpu_metrics: bool = True,
+        settings: ServerSettings | None = None,
+        **options: Any,
     ) -> None:
-        if model_control_mode not in MODEL_CONTROL_MODES:
-            raise InvalidArgumentError(
-                f"model_control_mode must be one of {', '.join(MODEL_CONTROL_MODES)}, got {model_control_mode!r}"
-            )
-        if repository_poll_secs <= 0:
-            raise InvalidArgumentError(f"repository_poll_secs must be > 0, got {repository_poll_secs}")
-        if max_pending_requests < 1:
-            raise InvalidArgumentError(f"max_pending_requests must be >= 1, got {max_pending_requests}")
-        self.max_pending_requests = max_pending_requests
-        if max_string_bytes < 1:
-            raise InvalidArgumentError(f"max_string_bytes must be >= 1, got {max_string_bytes}")
-        self.max_string_bytes = max_string_bytes
-        self.network_model_control = bool(network_model_control)
-        self.freeze_gc = bool(freeze_gc)
+        self.settings = ServerSettings.from_options(settings, **options)
+        settings = self.settings
         self._froze_gc = False
         self._pending = 0
         self._pending_lock = threading.Lock()
         self.repository = Path(model_repository)
         if not self.repository.is_dir():
             raise NotFoundError(f"model repository {self.repository} does not exist or is not a folder")
-        self.model_control_mode = model_control_mode
-        self._load_models = [load_models] if isinstance(load_models, str) else list(load_models)
-        self.repository_poll_secs = repository_poll_secs
-        # --metrics-config is checked here, before anything loads: a bad key names itself at once
-        self.stats = ServerStats(metrics_config, cpu_metrics=bool(cpu_metrics), custom_metrics=True)
+        self.stats = ServerStats(settings.metrics_config, cpu_metrics=settings.cpu_metrics, custom_metrics=True)
         self._started = False
         self._stopped = False
         self._frontend_options = FrontendOptions(
-            http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, http_address=http_address,
-            grpc_address=grpc_address, metrics_address=metrics_address, max_request_bytes=max_request_bytes,
-            max_tensor_elements=max_tensor_elements, grpc_max_message_bytes=grpc_max_message_bytes,
-            exit_timeout_secs=exit_timeout_secs, http_read_timeout_secs=http_read_timeout_secs,
-            http_timeout_keep_alive_secs=http_timeout_keep_alive_secs,
-            http_restricted_api=(http_restricted_api,) if isinstance(http_restricted_api, str) else tuple(
-                http_restricted_api),
-            grpc_restricted_api=(grpc_restricted_api,) if isinstance(grpc_restricted_api, str) else tuple(
-                grpc_restricted_api))
+            http_port=settings.http_port, grpc_port=settings.grpc_port, metrics_port=settings.metrics_port,
+            http_address=settings.http_address, grpc_address=settings.grpc_address,
+            metrics_address=settings.metrics_address, max_request_bytes=settings.max_request_bytes,
+            max_tensor_elements=settings.max_tensor_elements, grpc_max_message_bytes=settings.grpc_max_message_bytes,
+            exit_timeout_secs=settings.exit_timeout_secs, http_read_timeout_secs=settings.http_read_timeout_secs,
+            http_timeout_keep_alive_secs=settings.http_timeout_keep_alive_secs,
+            http_restricted_api=settings.http_restricted_api, grpc_restricted_api=settings.grpc_restricted_api)
         self._frontends: NetworkFrontends | None = None
         # Triton's system shared-memory regions, shared by the HTTP and gRPC front ends (and
         # usable in-process: server.shared_memory.register(name, key, byte_size, offset))
         self.shared_memory = SharedMemoryRegistry()
-        if rate_limit not in RATE_LIMIT_MODES:
-            raise InvalidArgumentError(f"rate_limit must be one of {', '.join(RATE_LIMIT_MODES)}, got {rate_limit!r}")
-        if rate_limit_resources and rate_limit == "off":
-            raise InvalidArgumentError("rate_limit_resources need rate_limit='execution_count'")
-        self.rate_limit = rate_limit
         # Triton's --rate-limit: with "off" (its default) every rate_limiter block is ignored, as there
-        limiter = RateLimiter(rate_limit_resources) if rate_limit == "execution_count" else None
-        self.backend_directory = None if backend_directory is None else Path(backend_directory)
-        if self.backend_directory is not None and not self.backend_directory.is_dir():
-            raise NotFoundError(f"backend_directory {self.backend_directory} does not exist or is not a folder")
-        if python_instances not in PYTHON_INSTANCE_KINDS:
-            raise InvalidArgumentError(f"python_instances must be one of {', '.join(PYTHON_INSTANCE_KINDS)}, got "
-                                       f"{python_instances!r}")
-        self.python_instances = python_instances
-        self._instance_options = InstanceOptions(self.backend_directory, python_instances)
+        limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit == "execution_count" else None
+        self._instance_options = InstanceOptions(settings.backend_directory, settings.python_instances)
         self._manager = ModelManager(self.repository, self.stats, server=self, infer_step=self._infer_step,
-                                     exit_timeout_secs=exit_timeout_secs, rate_limiter=limiter,
+                                     exit_timeout_secs=settings.exit_timeout_secs, rate_limiter=limiter,
                                      instance_options=self._instance_options)
         # bound once: resolving is on every request's path, and a delegating method costs a frame
         self._resolve: Callable[[str, int], _Version] = self._manager.resolve
         # the first-response histogram's buckets come from the serving version's model_metrics
         self.stats.model_metrics = lambda name, version: self._resolve(name, version).config.model_metrics
-        if cache_size_bytes is not None and int(cache_size_bytes) < 0:
-            raise InvalidArgumentError(f"cache_size_bytes must be >= 0, got {cache_size_bytes}")
         self._cache_switches = CacheSwitches(self._resolve)
         self.stats.cache_series = self._cache_switches.series
         # None without a cache: the one attribute a request's path reads for it
         self._cache: ServerCache | None = None
-        if cache_size_bytes:
-            self._cache = ServerCache(int(cache_size_bytes), self._cache_switches, self._infer_step)
+        if settings.cache_size_bytes:
+            self._cache = ServerCache(settings.cache_size_bytes, self._cache_switches, self._infer_step)
             self.stats.registry.register(CacheCollector(self._cache.store))
+
+    @property
+    def model_control_mode(self) -> str:
+        """``"none"``, ``"explicit"`` or ``"poll"`` (what backends check before pb_utils' model loading)."""
+        return self.settings.model_control_mode
 
     # ------------------------------------------------------------------ lifecycle
     def start(self: _S) -> _S:
@@ -264,7 +145,7 @@ class Server:
             except TritonNBError as exc:  # one bad model never stops the others
                 log.warning("model '%s' failed to load: %s", name, exc)
         if self.model_control_mode == "poll":
-            self._manager.start_polling(self.repository_poll_secs)
+            self._manager.start_polling(self.settings.repository_poll_secs)
         if self._frontend_options.enabled:
             self._frontends = NetworkFrontends(self, self._frontend_options)
             try:
@@ -273,7 +154,7 @@ class Server:
                 self._frontends = None
                 self.stop()
                 raise
-        if self.freeze_gc:
+        if self.settings.freeze_gc:
             freeze_while_serving()
             self._froze_gc = True
         return self
@@ -307,11 +188,12 @@ class Server:
 
     def _initial_models(self) -> list[str]:
         scan = scan_repository(self.repository)
-        if self.model_control_mode == "explicit" and "*" not in self._load_models:
-            unknown = [name for name in self._load_models if name not in scan.models]
+        wanted = self.settings.load_models
+        if self.model_control_mode == "explicit" and "*" not in wanted:
+            unknown = [name for name in wanted if name not in scan.models]
             if unknown:
                 raise NotFoundError(f"load_models: no model(s) {', '.join(unknown)} in {self.repository}")
-            return list(self._load_models)
+            return list(wanted)
         return list(scan.models)
 
     def stop(self) -> None:
@@ -361,7 +243,7 @@ class Server:
     def check_network_model_control(self, model: str, action: str) -> None:
         """What the front ends ask before a network client's load or unload (see
         ``network_model_control``). Modes none and poll keep Triton's own refusal."""
-        if self.model_control_mode == "explicit" and not self.network_model_control:
+        if self.model_control_mode == "explicit" and not self.settings.network_model_control:
             raise ForbiddenError(
                 f"model '{model}': {action} over the network is off; start the server with "
                 f"network_model_control=True (triton-nb serve: --model-control-mode=explicit) to allow it")
@@ -508,13 +390,13 @@ class Server:
         request is refused at once (UNAVAILABLE), so clients sending faster than the models serve
         cannot make memory grow without end (a model's ``max_queue_size`` refuses earlier)."""
         with self._pending_lock:
-            if self._pending >= self.max_pending_requests:
+            if self._pending >= self.settings.max_pending_requests:
                 raise UnavailableError(
                     f"the server has {self._pending} pending requests (max_pending_requests "
-                    f"{self.max_pending_requests}): model '{request.model_name}' request refused")
+                    f"{self.settings.max_pending_requests}): model '{request.model_name}' request refused")
             self._pending += 1
         try:
-            future = self._infer_step(request, self.max_string_bytes)
+            future = self._infer_step(request, self.settings.max_string_bytes)
         except BaseException:
             self._release_pending(None)
             raise

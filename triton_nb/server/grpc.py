@@ -8,7 +8,8 @@ over a socket pair to the server (:mod:`triton_nb.server.grpc_link`), on the fro
 holding this process's GIL. Tensors arrive as
 typed ``contents`` or as ``raw_input_contents`` (one raw buffer per input, in order); responses
 always fill ``raw_output_contents`` for every output, in order, as Triton does. Status codes come
-from :func:`triton_nb.errors.wire_status`, the same mapping the HTTP front end uses.
+from :func:`triton_nb.errors.wire_status`, the same mapping the HTTP front end uses; versions and
+request parameters are read by :mod:`triton_nb.server.request_codec`, as the HTTP front end reads them.
 ``ModelStreamInfer`` serves decoupled models (any number of responses per request) and answers
 non-decoupled ones one response per request; errors in a stream travel as ``error_message`` and the
 stream carries on, as in Triton. System shared memory (the ``SystemSharedMemory*`` RPCs and the
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -31,7 +32,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_status
+from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_message, wire_status
 from triton_nb.server.protocol import (
     SERVER_EXTENSIONS,
     SERVER_NAME,
@@ -43,6 +44,7 @@ from triton_nb.server.protocol import (
     check_shape,
     classify,
 )
+from triton_nb.server.request_codec import RequestParameters, infer_request, parse_parameters, parse_version
 from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
 from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
@@ -59,26 +61,12 @@ _CONTENTS_FIELD = {
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
-_SERVER_PARAMETERS = ("priority", "timeout")
 _NO_SHM_OUTPUTS: dict[str, Any] = {}  # never written to: the outputs of a request without shared memory
 
 
 def _parameter(value: Any) -> Any:
     which = value.WhichOneof("parameter_choice")
     return None if which is None else getattr(value, which)
-
-
-def _version_number(model: str, text: str) -> int:
-    if not text:
-        return -1
-    if not text.isdigit():
-        raise InvalidArgumentError(
-            f"model '{model}': version '{text}' must be a whole number > 0 (or empty for the latest)")
-    return int(text)
-
-
-def _message(error: BaseException) -> str:
-    return str(error) if isinstance(error, TritonNBError) else f"{type(error).__name__}: {error}"
 
 
 class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -96,7 +84,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if not isinstance(error, TritonNBError):
             log.exception("gRPC call failed", exc_info=error)
         _, code = wire_status(error)
-        await context.abort(grpc.StatusCode[code], _message(error))
+        await context.abort(grpc.StatusCode[code], wire_message(error))
 
     # ------------------------------------------------------------------ health and metadata
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
@@ -107,7 +95,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         try:
-            version = _version_number(request.name, request.version)
+            version = parse_version(request.version)
         except TritonNBError as error:
             await self._abort(context, error)
         return pb.ModelReadyResponse(ready=self._server.is_model_ready(request.name, version))
@@ -119,7 +107,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         try:
-            metadata = self._server.model_metadata(request.name, _version_number(request.name, request.version))
+            metadata = self._server.model_metadata(request.name, parse_version(request.version))
         except Exception as error:
             await self._abort(context, error)
         return pb.ModelMetadataResponse(
@@ -130,7 +118,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         try:
-            config = self._server.model_config(request.name, _version_number(request.name, request.version))
+            config = self._server.model_config(request.name, parse_version(request.version))
         except Exception as error:
             await self._abort(context, error)
         return pb.ModelConfigResponse(config=config)
@@ -138,7 +126,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any
                               ) -> pb.ModelStatisticsResponse:
         try:
-            version = None if not request.version else _version_number(request.name, request.version)
+            version = None if not request.version else parse_version(request.version)
             statistics = self._server.statistics(request.name or None, version)
         except Exception as error:
             await self._abort(context, error)
@@ -260,18 +248,15 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------ inference
-    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False
-                ) -> tuple[InferRequest, dict[str, int], SharedMemoryLease | None]:
-        """The request, its classification counts, and the shared-memory lease the caller must
-        release once the last response is encoded (None when no tensor is in shared memory)."""
+    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False) -> _Decoded:
+        """The request as the server takes it, and what answering it needs (see :class:`_Decoded`)."""
         leases: list[SharedMemoryLease] = []
         try:
-            infer_request, classes = self._decode_tensors(request, streaming, leases)
+            return self._decode_tensors(request, streaming, leases)
         except BaseException:
             for lease in leases:
                 lease.release()
             raise
-        return infer_request, classes, leases[0] if leases else None
 
     def _lease(self, leases: list[SharedMemoryLease]) -> SharedMemoryLease:
         if not leases:
@@ -279,9 +264,9 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return leases[0]
 
     def _decode_tensors(self, request: pb.ModelInferRequest, streaming: bool, leases: list[SharedMemoryLease]
-                        ) -> tuple[InferRequest, dict[str, int]]:
+                        ) -> _Decoded:
         model = request.model_name
-        version = _version_number(model, request.model_version)
+        version = parse_version(request.model_version)
         # the model first, as Triton: a request to an unknown model is NOT_FOUND whatever its inputs
         decoupled = self._server.input_config(model, version).model_transaction_policy.decoupled
         if decoupled and not streaming:
@@ -327,12 +312,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 continue
             arrays[name] = array_from_values(model, name, tensor.datatype, shape,
                                              list(getattr(tensor.contents, field)))
-        parameters = {key: _parameter(value) for key, value in request.parameters.items()}
-        priority = parameters.get("priority", 0)
-        timeout = parameters.get("timeout", 0)
-        for key, value in (("priority", priority), ("timeout", timeout)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"model '{model}': request parameter '{key}' must be a whole number >= 0")
+        options = parse_parameters(model, ((key, _parameter(value)) for key, value in request.parameters.items()))
         classes: dict[str, int] = {}
         requested = []
         for output in request.outputs:
@@ -346,11 +326,8 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     continue
             if "classification" in output.parameters:
                 classes[output.name] = _parameter(output.parameters["classification"])
-        return InferRequest(
-            model_name=model, model_version=version, inputs=arrays, requested_outputs=requested or None,
-            request_id=request.id, priority=priority, timeout_microseconds=timeout,
-            parameters={k: v for k, v in parameters.items() if k not in _SERVER_PARAMETERS},
-        ), classes
+        return _Decoded(infer_request(model, version, arrays, requested, request.id, options), classes,
+                        leases[0] if leases else None, decoupled, options)
 
     def _encode(self, response: InferResponse, classes: dict[str, int], lease: SharedMemoryLease | None = None
                 ) -> pb.ModelInferResponse:
@@ -380,9 +357,10 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         lease = None
         try:
-            infer_request, classes, lease = self._decode(request)
-            response = await asyncio.wrap_future(self._server.infer_async(infer_request))
-            return self._encode(response, classes, lease)
+            decoded = self._decode(request)
+            lease = decoded.lease
+            response = await asyncio.wrap_future(self._server.infer_async(decoded.request))
+            return self._encode(response, decoded.classes, lease)
         except Exception as error:
             await self._abort(context, error)
         finally:
@@ -391,113 +369,147 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
                                ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        loop = asyncio.get_running_loop()
-        outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        in_flight = 0
-
-        def error_message(request: pb.ModelInferRequest, error: BaseException) -> pb.ModelStreamInferResponse:
-            return pb.ModelStreamInferResponse(error_message=_message(error), infer_response=pb.ModelInferResponse(
-                model_name=request.model_name, model_version=request.model_version, id=request.id))
-
-        def finish(message: pb.ModelStreamInferResponse) -> None:
-            nonlocal in_flight
-            in_flight -= 1
-            outbox.put_nowait(message)
-            outbox.put_nowait(None)  # a wake-up: the writer checks whether the stream is done
-
-        def start(request: pb.ModelInferRequest) -> None:
-            nonlocal in_flight
-            lease = None
-            try:
-                infer_request, classes, lease = self._decode(request, streaming=True)
-                config = self._server.input_config(infer_request.model_name, infer_request.model_version)
-                decoupled = config.model_transaction_policy.decoupled
-                want_empty_final = _parameter(request.parameters["triton_enable_empty_final_response"]) \
-                    if "triton_enable_empty_final_response" in request.parameters else False
-                if decoupled:
-                    def sent(response: InferResponse | None, final: bool) -> None:
-                        loop.call_soon_threadsafe(deliver, response, final)
-
-                    def deliver(response: InferResponse | None, final: bool) -> None:
-                        if response is not None and response.error is not None:
-                            message = error_message(request, response.error)
-                        elif response is not None:
-                            try:
-                                message = pb.ModelStreamInferResponse(
-                                    infer_response=self._encode(response, classes, lease))
-                            except Exception as encode_error:  # an output region too small
-                                message = error_message(request, encode_error)
-                            if want_empty_final:
-                                message.infer_response.parameters["triton_final_response"].bool_param = final
-                        elif final and want_empty_final:
-                            message = pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(
-                                model_name=request.model_name, model_version=request.model_version, id=request.id))
-                            message.infer_response.parameters["triton_final_response"].bool_param = True
-                        else:
-                            message = None
-                        if final:
-                            if lease is not None:
-                                lease.release()
-                            finish(message) if message is not None else finish_quietly()
-                        elif message is not None:
-                            outbox.put_nowait(message)
-
-                    infer_request.response_sender = sent
-                future = self._server.infer_async(infer_request)
-                in_flight += 1
-            except Exception as error:
-                if lease is not None:
-                    lease.release()
-                outbox.put_nowait(error_message(request, error))
-                return
-
-            def done(finished: Any) -> None:
-                error = None if finished.cancelled() else finished.exception()
-                if finished.cancelled():
-                    error = InvalidArgumentError("the request was cancelled")
-                if error is not None:
-                    if lease is not None:
-                        lease.release()
-                    loop.call_soon_threadsafe(finish, error_message(request, error))
-                elif not decoupled:
-                    try:
-                        message = pb.ModelStreamInferResponse(
-                            infer_response=self._encode(finished.result(), classes, lease))
-                    except Exception as encode_error:
-                        message = error_message(request, encode_error)
-                    finally:
-                        if lease is not None:
-                            lease.release()
-                    loop.call_soon_threadsafe(finish, message)
-
-            future.add_done_callback(done)
-
-        def finish_quietly() -> None:
-            nonlocal in_flight
-            in_flight -= 1
-            outbox.put_nowait(None)
-
-        reading = True
-
-        async def read() -> None:
-            nonlocal reading
-            try:
-                async for request in request_iterator:
-                    start(request)
-            finally:
-                reading = False
-                outbox.put_nowait(None)
-
-        reader = asyncio.ensure_future(read())
+        stream = _Stream(self, asyncio.get_running_loop())
+        reader = asyncio.ensure_future(stream.read(request_iterator))
         try:
             while True:
-                message = await outbox.get()
+                message = await stream.outbox.get()
                 if message is not None:
                     yield message
-                elif not reading and in_flight == 0 and outbox.empty():
+                elif stream.finished():
                     return
         finally:
             reader.cancel()
+
+
+class _Decoded(NamedTuple):
+    """A decoded ``ModelInferRequest``: the request, its classification counts, the shared-memory
+    lease the caller releases once the last response is encoded (None when no tensor is in shared
+    memory), whether the model is decoupled, and the request's parameters as read."""
+
+    request: InferRequest
+    classes: dict[str, int]
+    lease: SharedMemoryLease | None
+    decoupled: bool
+    options: RequestParameters
+
+
+def _stream_error(request: pb.ModelInferRequest, error: BaseException) -> pb.ModelStreamInferResponse:
+    """An error in a stream: a message of its own, naming the request; the stream carries on."""
+    return pb.ModelStreamInferResponse(error_message=wire_message(error), infer_response=pb.ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id))
+
+
+class _Stream:
+    """One ``ModelStreamInfer`` call. Requests start as they are read; their responses are queued in
+    ``outbox`` in the order they come, each followed, when it ends a request, by a ``None`` that
+    wakes the writer to check whether the stream is done.
+
+    Everything here runs on the front ends' loop except :meth:`_on_done` and the response sender of
+    a decoupled request, which run on the thread that answers and hand over with
+    ``call_soon_threadsafe``.
+    """
+
+    def __init__(self, servicer: GrpcServicer, loop: asyncio.AbstractEventLoop) -> None:
+        self._servicer = servicer
+        self._loop = loop
+        self.outbox: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._in_flight = 0  # requests started and not yet ended
+        self._reading = True
+
+    async def read(self, request_iterator: AsyncIterator[pb.ModelInferRequest]) -> None:
+        try:
+            async for request in request_iterator:
+                self._start(request)
+        finally:
+            self._reading = False
+            self.outbox.put_nowait(None)
+
+    def finished(self) -> bool:
+        """Whether the client has stopped sending and every request has been answered."""
+        return not self._reading and self._in_flight == 0 and self.outbox.empty()
+
+    def _start(self, request: pb.ModelInferRequest) -> None:
+        decoded = None
+        try:
+            decoded = self._servicer._decode(request, streaming=True)
+            if decoded.decoupled:
+                decoded.request.response_sender = self._sender(request, decoded)
+            future = self._servicer._server.infer_async(decoded.request)
+        except Exception as error:
+            if decoded is not None and decoded.lease is not None:
+                decoded.lease.release()
+            self.outbox.put_nowait(_stream_error(request, error))
+            return
+        self._in_flight += 1
+        future.add_done_callback(lambda finished: self._on_done(request, decoded, finished))
+
+    def _end(self, message: pb.ModelStreamInferResponse | None) -> None:
+        """A request's last message (None: it ends without one)."""
+        self._in_flight -= 1
+        if message is not None:
+            self.outbox.put_nowait(message)
+        self.outbox.put_nowait(None)
+
+    def _on_done(self, request: pb.ModelInferRequest, decoded: _Decoded, finished: Any) -> None:
+        """The future of a request is done: its error, or the one response of a model that is not
+        decoupled (a decoupled model's responses come through its sender)."""
+        error = InvalidArgumentError("the request was cancelled") if finished.cancelled() else finished.exception()
+        if error is not None:
+            if decoded.lease is not None:
+                decoded.lease.release()
+            self._loop.call_soon_threadsafe(self._end, _stream_error(request, error))
+        elif not decoded.decoupled:
+            try:
+                message = pb.ModelStreamInferResponse(
+                    infer_response=self._servicer._encode(finished.result(), decoded.classes, decoded.lease))
+            except Exception as encode_error:  # an output region too small
+                message = _stream_error(request, encode_error)
+            finally:
+                if decoded.lease is not None:
+                    decoded.lease.release()
+            self._loop.call_soon_threadsafe(self._end, message)
+
+    def _sender(self, request: pb.ModelInferRequest, decoded: _Decoded
+                ) -> Callable[[InferResponse | None, bool], None]:
+        """The response sender of a decoupled request: called on the model's thread."""
+        def sent(response: InferResponse | None, final: bool) -> None:
+            self._loop.call_soon_threadsafe(self._deliver, request, decoded, response, final)
+
+        return sent
+
+    def _deliver(self, request: pb.ModelInferRequest, decoded: _Decoded, response: InferResponse | None,
+                 final: bool) -> None:
+        message = self._streamed(request, decoded, response, final)
+        if not final:
+            if message is not None:
+                self.outbox.put_nowait(message)
+            return
+        if decoded.lease is not None:
+            decoded.lease.release()
+        self._end(message)
+
+    def _streamed(self, request: pb.ModelInferRequest, decoded: _Decoded, response: InferResponse | None,
+                  final: bool) -> pb.ModelStreamInferResponse | None:
+        """The message for one response of a decoupled model; None for a bare final flag that the
+        client did not ask to see (``triton_enable_empty_final_response``)."""
+        want_final_flag = decoded.options.empty_final_response
+        if response is not None and response.error is not None:
+            return _stream_error(request, response.error)
+        if response is not None:
+            try:
+                message = pb.ModelStreamInferResponse(
+                    infer_response=self._servicer._encode(response, decoded.classes, decoded.lease))
+            except Exception as encode_error:  # an output region too small
+                message = _stream_error(request, encode_error)
+        elif final and want_final_flag:
+            message = pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(
+                model_name=request.model_name, model_version=request.model_version, id=request.id))
+        else:
+            return None
+        if want_final_flag:
+            message.infer_response.parameters["triton_final_response"].bool_param = final
+        return message
 
 
 def _tensor_region(tensor: Any) -> TensorRegion | None:

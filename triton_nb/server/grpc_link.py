@@ -25,9 +25,9 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_status
+from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
 from triton_nb.server import grpc_relay as relay
-from triton_nb.server.grpc import GrpcServicer, _message
+from triton_nb.server.grpc import GrpcServicer
 
 __all__ = ["GrpcRelay", "RelayLink"]
 
@@ -148,15 +148,15 @@ class RelayLink(asyncio.Protocol):
         if not isinstance(error, TritonNBError):
             log.exception("gRPC call failed", exc_info=error)
         _, code = wire_status(error)
-        self.send(kind, call_id, _error_payload(code, _message(error)))
+        self.send(kind, call_id, _error_payload(code, wire_message(error)))
 
     def _model_infer(self, call_id: int, data: bytes) -> None:
         servicer = self._servicer
         lease = None
         try:
-            request = pb.ModelInferRequest.FromString(data)
-            infer_request, classes, lease = servicer._decode(request)
-            future = self._server.infer_async(infer_request)
+            decoded = servicer._decode(pb.ModelInferRequest.FromString(data))
+            lease, classes = decoded.lease, decoded.classes
+            future = self._server.infer_async(decoded.request)
         except Exception as error:
             if lease is not None:
                 lease.release()

@@ -21,8 +21,9 @@ unregister}``; inputs and requested outputs with ``shared_memory_region``/``_off
 parameters) is served from the server's registry (:mod:`triton_nb.server.shared_memory`), shared
 with the gRPC front end; ``/v2/cudasharedmemory/...`` answers as a Triton without a GPU.
 
-Connections are served by :class:`GuardedHttpProtocol`, uvicorn's httptools protocol with the
-read limits uvicorn lacks (slow and idle clients; see its docstring).
+Inference requests are read into :class:`~triton_nb.tensors.InferRequest` with
+:mod:`triton_nb.server.request_codec`, as the gRPC front end reads them. Connections are served by
+:class:`triton_nb.server.http_protocol.GuardedHttpProtocol` (the read limits uvicorn lacks).
 """
 
 from __future__ import annotations
@@ -33,19 +34,22 @@ import gzip
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from triton_nb.errors import (
     ForbiddenError,
     InvalidArgumentError,
+    MethodNotAllowedError,
     NotFoundError,
+    PayloadTooLargeError,
     TritonNBError,
     UnavailableError,
+    UnsupportedEncodingError,
+    wire_message,
     wire_status,
 )
 from triton_nb.server.protocol import (
@@ -59,41 +63,23 @@ from triton_nb.server.protocol import (
     classify,
     server_metadata,
 )
+from triton_nb.server.request_codec import infer_request, parse_parameters, parse_version
 from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
 from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
-__all__ = ["MAX_HEAD_BYTES", "GuardedHttpProtocol", "HttpApp", "MetricsApp", "PayloadTooLargeError",
-           "sweep_connections"]
+__all__ = ["HttpApp", "MetricsApp"]
 
 log = logging.getLogger(__name__)
 
 _JSON = [(b"content-type", b"application/json")]
 _NO_BODY: list[tuple[bytes, bytes]] = []
-# Request parameters the server itself acts on (Triton's reserved names); others reach the model.
-_SERVER_PARAMETERS = ("priority", "timeout", "binary_data_output")
 _NO_SHM_OUTPUTS: dict[str, Any] = {}  # never written to: the outputs of a request without shared memory
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-class PayloadTooLargeError(InvalidArgumentError):
-    """A request body over the configured limit."""
-
-    http_status = 413
-    grpc_code = "RESOURCE_EXHAUSTED"
-
-
-class _UnsupportedEncoding(InvalidArgumentError):
-    http_status = 501  # Triton's answer to a Content-Encoding it cannot decode
-
-
-class _MethodNotAllowed(TritonNBError):
-    http_status = 405
-    grpc_code = "UNIMPLEMENTED"
 
 
 class _Reply:
@@ -111,16 +97,7 @@ def _json(document: Any) -> _Reply:
 
 def _error_reply(error: BaseException) -> _Reply:
     status, _ = wire_status(error)
-    message = str(error) if isinstance(error, TritonNBError) else f"{type(error).__name__}: {error}"
-    return _Reply(status, orjson.dumps({"error": message}))
-
-
-def _version_number(model: str, text: str | None) -> int:
-    if text is None or text == "":
-        return -1
-    if not text.isdigit():
-        raise InvalidArgumentError(f"model '{model}': version '{text}' is not a number")
-    return int(text)
+    return _Reply(status, orjson.dumps({"error": wire_message(error)}))
 
 
 class HttpApp:
@@ -196,7 +173,7 @@ class HttpApp:
     @staticmethod
     def _allow(method: str, allowed: str) -> None:
         if method != allowed:
-            raise _MethodNotAllowed("Method Not Allowed")
+            raise MethodNotAllowedError("Method Not Allowed")
 
     async def _models_route(self, method: str, rest: list[str], scope: dict[str, Any], receive: Receive) -> _Reply:
         if rest == ["stats"]:
@@ -208,9 +185,9 @@ class HttpApp:
         version = -1
         tail = rest[1:]
         if len(tail) >= 2 and tail[0] == "versions":
-            if not tail[1].isdigit():  # not a route, as in Triton
+            if not (tail[1].isascii() and tail[1].isdigit()):  # not a route, as in Triton ("[0-9]+")
                 raise NotFoundError("Not Found")
-            version, tail = int(tail[1]), tail[2:]
+            version, tail = parse_version(tail[1]), tail[2:]
         action = tail[0] if tail else ""
         if len(tail) > 1:
             raise NotFoundError("Not Found")
@@ -435,7 +412,8 @@ class HttpApp:
         parameters = document.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"model '{model}': request 'parameters' must be a JSON object")
-        binary_default = parameters.get("binary_data_output", False) is True
+        read = parse_parameters(model, parameters.items())
+        binary_default = read.binary_data_output
         binary_outputs: dict[str, bool] = {}
         classes: dict[str, int] = {}
         requested = None
@@ -462,15 +440,7 @@ class HttpApp:
                 binary_outputs[name] = options.get("binary_data", binary_default) is True
                 if options.get("classification") is not None:
                     classes[name] = options["classification"]
-        request_id = document.get("id", "")
-        if not isinstance(request_id, str):
-            raise InvalidArgumentError(f"model '{model}': request 'id' must be a string")
-        priority, timeout = _scheduling(model, parameters)
-        request = InferRequest(
-            model_name=model, inputs=arrays, model_version=version, requested_outputs=requested or None,
-            request_id=request_id, priority=priority, timeout_microseconds=timeout,
-            parameters={k: v for k, v in parameters.items() if k not in _SERVER_PARAMETERS},
-        )
+        request = infer_request(model, version, arrays, requested, document.get("id", ""), read)
         return request, (binary_default, binary_outputs), classes
 
     def _encode(self, model: str, batching: bool, response: InferResponse, binary_outputs: tuple[bool, dict[str, bool]],
@@ -561,16 +531,6 @@ def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:
     return orjson.dumps(document)
 
 
-def _scheduling(model: str, parameters: dict[str, Any]) -> tuple[int, int]:
-    priority = parameters.get("priority", 0)
-    timeout = parameters.get("timeout", 0)
-    for key, value in (("priority", priority), ("timeout", timeout)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgumentError(f"model '{model}': request parameter '{key}' must be a whole number >= 0, "
-                                       f"got {value!r}")
-    return priority, timeout
-
-
 def _load_parameters(model: str, parameters: dict[str, Any]) -> tuple[Any, dict[str, bytes] | None]:
     config = parameters.get("config")
     if config is not None and not isinstance(config, (str, dict)):
@@ -594,7 +554,7 @@ def _decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
     elif encoding == b"deflate":
         wbits = zlib.MAX_WBITS
     else:
-        raise _UnsupportedEncoding(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
+        raise UnsupportedEncodingError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
                                    f"(gzip, deflate or identity)")
     inflater = zlib.decompressobj(wbits)
     try:
@@ -637,122 +597,3 @@ class MetricsApp:
             headers = [(b"content-type", b"text/plain; charset=utf-8; version=0.0.4")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-# ---------------------------------------------------------------------- connections
-# The largest request head (request line and headers) a client may send. httptools buffers a head
-# whole and sets no limit of its own, so without one a client could grow this process's memory
-# without end; tritonclient's heads are a few hundred bytes, and nginx stops at 8 to 32 KiB.
-MAX_HEAD_BYTES = 64 * 1024
-
-_STATUS_TEXT = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
-
-
-class GuardedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the read limits uvicorn lacks.
-
-    uvicorn closes a connection only when it idles *after* a response. A connection that never
-    sends a request, a request head or body trickled a few bytes at a time (slowloris), and a head
-    of any size (httptools buffers it whole) would each hold a connection, and memory, forever.
-    Here:
-
-    * a request, head and body, must arrive whole within ``read_timeout_s`` of its first byte: a
-      deadline for the whole request, not for a pause between bytes, since a slowloris client never
-      pauses for long. Otherwise it is answered 408 and the connection closed; the application,
-      which may be waiting for the body, sees the client disconnect. Time during which the server
-      itself holds reading back (a pipelined request waiting its turn, a large body not yet
-      consumed) is not counted against the client;
-    * a connection idle before its first request (or sending only blank lines between requests)
-      is closed after the keep-alive timeout, as uvicorn closes one idle after a response;
-    * a head over ``max_head_bytes`` is answered 431 and the connection closed.
-
-    The clocks are read by :func:`sweep_connections` about once a second rather than by a timer
-    per request, so the hot path only notes the time a request began.
-    """
-
-    def __init__(self, *args: Any, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._read_timeout_s = read_timeout_s
-        self._max_head_bytes = max_head_bytes
-        self._request_since: float | None = None  # a request is arriving (from its first byte)
-        self._idle_since: float | None = None  # waiting for a request
-        self._in_body = False  # between the end of a head and the end of its body
-        self._heads = 0  # heads begun on this connection
-        self._head_bytes = 0  # bytes of the head arriving, counted a whole read at a time
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._idle_since = self.loop.time()
-
-    def data_received(self, data: bytes) -> None:
-        heads = self._heads
-        in_head = self._request_since is not None and not self._in_body
-        super().data_received(data)
-        # a read that found a head arriving and left the same head arriving was head from end to
-        # end; reads in which a head begins or ends are not counted (a read is at most 256 KiB)
-        if in_head and heads == self._heads and self._request_since is not None and not self._in_body:
-            self._head_bytes += len(data)
-            if self._head_bytes > self._max_head_bytes and not self.transport.is_closing():
-                self._refuse(431, f"the request head is over the limit of {self._max_head_bytes} bytes")
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._heads += 1
-        self._head_bytes = 0
-        self._request_since = self.loop.time()
-        self._idle_since = None
-
-    def on_headers_complete(self) -> None:
-        self._in_body = True
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        self._request_since = None
-        self._in_body = False
-        super().on_message_complete()
-        if self.cycle is not None and self.cycle.response_complete and not self.pipeline:
-            self._idle_since = self.loop.time()  # answered before its body ended (a GET with a body)
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self._request_since is None and not self.pipeline:
-            self._idle_since = self.loop.time()
-
-    def check_clocks(self, now: float, cutoff: float | None = None) -> None:
-        """Close the connection if its request is overdue or it has idled too long; a request
-        still arriving at ``cutoff`` (a stopping server's) is overdue whatever its own deadline."""
-        if self.transport is None or self.transport.is_closing():
-            return
-        if self._request_since is not None:
-            if cutoff is not None and now > cutoff:
-                self._refuse(408, "the request had not arrived when the server stopped")
-            elif self.flow.read_paused:  # the server holds reading back: not the client's delay
-                self._request_since = now
-            elif now - self._request_since > self._read_timeout_s:
-                self._refuse(408, f"the request did not arrive within {self._read_timeout_s:g} s "
-                                  f"(http_read_timeout_secs)")
-        elif self._idle_since is not None and now - self._idle_since > self.timeout_keep_alive:
-            self.transport.close()
-
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` if no response is under way on this connection, then close it."""
-        log.debug("HTTP client %s: %s; closing the connection", self.client, message)
-        self._request_since = self._idle_since = None
-        cycle = self.cycle
-        if self._in_body:  # this request's application runs; it may not have answered yet
-            free = cycle is not None and not cycle.response_started
-        else:  # a head arriving; an earlier response may still be under way (pipelining)
-            free = cycle is None or cycle.response_complete
-        if free:
-            body = orjson.dumps({"error": message})
-            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                                 b"connection: close\r\n\r\n%s" % (status, _STATUS_TEXT[status], len(body), body))
-        self.transport.close()  # the application, if it waits for the body, sees the client disconnect
-
-
-def sweep_connections(connections: Iterable[object], now: float, cutoff: float | None = None) -> None:
-    """Check the clocks of a uvicorn server's connections (``server.server_state.connections``)."""
-    for connection in list(connections):
-        if isinstance(connection, GuardedHttpProtocol):
-            connection.check_clocks(now, cutoff)

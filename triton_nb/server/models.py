@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from triton_nb.backends.base import ServerHandle
-from triton_nb.backends.registry import BACKEND_MODEL_FILENAME, resolve_backend
+from triton_nb.backends.registry import BACKEND_MODEL_FILENAME, python_auto_complete, resolve_backend
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.repository.config import (
     CONFIG_FILENAME,
@@ -351,11 +351,10 @@ class ModelManager:
         else:
             config = config_from_json(override, source=f"model '{name}' config override")
         if config.backend == "python" and not (config.input and config.output):
-            from triton_nb.backends.python import auto_complete
-
             versions = sorted(int(p.name) for p in source.iterdir() if p.is_dir() and p.name.isdigit())
-            if versions:
-                config = auto_complete(config, source / str(versions[-1]))
+            if versions:  # run where the instances will run: a model's own process has its own imports
+                config = python_auto_complete(config, source / str(versions[-1]), source,
+                                              python_instances=self.instance_options.python_instances)
         effective = effective_config(config, name, gpu_available=_gpu_available())
         checked = check_model_config(effective, name)
         problems = [p for p in checked if p.severity == "error"]

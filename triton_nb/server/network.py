@@ -16,7 +16,7 @@ still queued; the front ends wait a few seconds more (``_ANSWER_GRACE_S``) so th
 the clients as answers, and only then cut what is left (HTTP answers 503, gRPC UNAVAILABLE).
 
 Slow and idle clients: HTTP connections are served by
-:class:`triton_nb.server.http.GuardedHttpProtocol` — a request must arrive whole within
+:class:`triton_nb.server.http_protocol.GuardedHttpProtocol` — a request must arrive whole within
 ``http_read_timeout_secs`` (else 408), a connection idle for ``http_timeout_keep_alive_secs``
 is closed, a request head is at most 64 KiB (else 431). There is no cap on the number of
 connections: uvicorn's ``limit_concurrency`` counts idle connections too, so a client holding
@@ -217,7 +217,8 @@ class NetworkFrontends:
     async def _serve(self, sockets: dict[str, socket.socket]) -> None:
         import uvicorn
 
-        from triton_nb.server.http import GuardedHttpProtocol, HttpApp, MetricsApp
+        from triton_nb.server.http import HttpApp, MetricsApp
+        from triton_nb.server.http_protocol import GuardedHttpProtocol
 
         options = self.options
         limits = self._limits
@@ -266,7 +267,7 @@ class NetworkFrontends:
         short timeout). Also while stopping: a request still arriving then has at most
         ``exit_timeout_secs`` to arrive, as the requests in flight have to be answered, so a slow
         client cannot hold the stop up (uvicorn waits for every connection to close)."""
-        from triton_nb.server.http import sweep_connections
+        from triton_nb.server.http_protocol import sweep_connections
 
         options = self.options
         period = max(0.05, min(1.0, options.http_read_timeout_secs / 4, options.http_timeout_keep_alive_secs / 4,
