@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -23,6 +23,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from scale_models import write_echo_model, write_python_model
 
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError
@@ -52,30 +55,6 @@ class TritonPythonModel:
         return responses
 '''
 
-ECHO_CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-
-ECHO_MODEL = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            y = np.array([bytes(v) + b"!" for v in x.ravel()], dtype=np.object_).reshape(x.shape)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y)]))
-        return responses
-'''
-
 A = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
 B = np.array([0.5, 0.5, 1.0, 8.0], dtype=np.float32)
 WORDS = np.array([b"ab", b"cde", b""], dtype=np.object_)
@@ -84,10 +63,8 @@ REGION_BYTES = 64  # each test region: A and B (16 bytes each) fit, with room fo
 
 def write_models(repo: Path) -> Path:
     """The repository both servers serve (triton_nb here, real Triton in the other module)."""
-    for name, config, code in (("addsub", ADDSUB_CONFIG, ADDSUB_MODEL), ("echo", ECHO_CONFIG, ECHO_MODEL)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(config)
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    write_python_model(repo, "addsub", ADDSUB_CONFIG, ADDSUB_MODEL)
+    write_echo_model(repo)
     return repo
 
 

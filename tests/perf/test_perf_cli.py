@@ -139,6 +139,18 @@ def test_mistakes_exit_2_with_one_line(repo, capsys, argv, message):
     assert re.search(message, lines[0]), lines[0]
 
 
+def _exits_2_with_one_line(repo, capsys, flags: list[str], message: str) -> None:
+    """``triton-nb perf`` with ``flags`` exits 2 with one line on stderr matching ``message``."""
+    try:
+        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert re.search(message, captured.err), captured.err
+
+
 @pytest.fixture
 def measured_options(monkeypatch):
     """The options each ``perf.measure`` call got from the command, in order (the calls still run)."""
@@ -179,18 +191,10 @@ def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, measured_op
     (["--num-of-sequences", "0"], r"argument --num-of-sequences"),
 ])
 def test_bad_sequence_flags_exit_2_with_one_line(repo, capsys, flags, message):
-    try:
-        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
-    except SystemExit as exc:  # argparse's own checks
-        status = exc.code
-    assert status == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
-    assert re.search(message, captured.err), captured.err
+    _exits_2_with_one_line(repo, capsys, flags, message)
 
 
 def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, measured_options):
-
     seen = measured_options
     assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--concurrency-range", "2",
                  "--shared-memory", "system", "--output-shared-memory-size", "4096", *SHORT]) == 0
@@ -209,18 +213,10 @@ def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, measured_o
      r"argument --output-shared-memory-size"),
 ])
 def test_bad_shared_memory_flags_exit_2_with_one_line(repo, capsys, flags, message):
-    try:
-        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
-    except SystemExit as exc:  # argparse's own checks
-        status = exc.code
-    assert status == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
-    assert re.search(message, captured.err), captured.err
+    _exits_2_with_one_line(repo, capsys, flags, message)
 
 
 def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, measured_options):
-
     seen = measured_options
     assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "http", "--concurrency-range", "2",
                  "--input-tensor-format", "json", "--output-tensor-format", "json", "--request-compression", "gzip",
@@ -248,10 +244,4 @@ def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, me
     (["-b", "1,4", "--batch-size-weights", "1"], r"--batch-size-weights gives 1 weight\(s\) for 2 size\(s\)"),
 ])
 def test_bad_payload_flags_exit_2_with_one_line(repo, capsys, flags, message):
-    try:
-        status = main(["perf", "-m", "scale", "--model-repository", str(repo), "--concurrency-range", "1", *flags])
-    except SystemExit as exc:  # argparse's own checks
-        status = exc.code
-    captured = capsys.readouterr()
-    assert status == 2 and captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
-    assert re.search(message, captured.err), captured.err
+    _exits_2_with_one_line(repo, capsys, flags, message)

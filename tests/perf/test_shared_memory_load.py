@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from scale_models import write_python_model, write_scale_model
+from scale_models import write_echo_model, write_scale_model
 from sequence_models import write_sequence_models
 
 from triton_nb import serve
@@ -30,36 +30,11 @@ measure_module = importlib.import_module("triton_nb.perf.measure")  # the module
 SHORT = {"measurement_interval_ms": 300, "warmup_ms": 100, "max_trials": 3}
 SHM_DIR = Path("/dev/shm")
 
-ECHO_CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-
-ECHO_MODEL = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            y = np.array([bytes(v) + b"!" for v in x.ravel()], dtype=np.object_).reshape(x.shape)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y)]))
-        return responses
-'''
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("perf-shm")
     write_scale_model(repo, extra="dynamic_batching { max_queue_delay_microseconds: 500 }")
-    write_python_model(repo, "echo", ECHO_CONFIG, ECHO_MODEL)
+    write_echo_model(repo)
     write_sequence_models(repo)
     with serve(repo, http_port=0, grpc_port=0) as served:
         yield served

@@ -92,6 +92,35 @@ def write_python_model(repo: Path, name: str, config: str, code: str) -> Path:
     return folder
 
 
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+ECHO_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            y = np.array([bytes(v) + b"!" for v in x.ravel()], dtype=np.object_).reshape(x.shape)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y)]))
+        return responses
+'''
+
+def write_echo_model(repo: Path) -> Path:
+    """``echo``: a BYTES tensor of any length back, each element with "!" appended."""
+    return write_python_model(repo, "echo", ECHO_CONFIG, ECHO_MODEL)
+
+
 GATED_CONFIG = """
 name: "gated"
 backend: "python"

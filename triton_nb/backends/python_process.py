@@ -71,6 +71,24 @@ _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
 _SERVER_METHODS = frozenset({"infer", "is_model_ready", "load_model", "unload_model"})
 
 
+def _stub_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of a model's process: ``env`` (this process's by default), with passive
+    OpenMP waits unless set. An OpenMP pool (XGBoost's, numpy's BLAS) spins for a while after each
+    parallel region; in a process beside the server and the other instances it spins on the cores
+    they need (the fraud ensemble at one request in flight: p90 18.5 -> 1.7 ms)."""
+    environment = dict(os.environ if env is None else env)
+    environment.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return environment
+
+
+def _start_stub(interpreter: str, theirs: socket.socket, env: dict[str, str], **streams: Any) -> subprocess.Popen:
+    """The stub process on its end of the socket pair; its own session, so a Ctrl-C in a terminal
+    reaches the server only."""
+    return subprocess.Popen([interpreter, "-c", _BOOTSTRAP, _python_stub.__file__, str(theirs.fileno()), _PACKAGE_DIR],
+                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                            **streams)
+
+
 @dataclass(eq=False)
 class _Batch:
     stub: _Stub
@@ -85,10 +103,7 @@ class _Stub:
         self.owner = owner
         ours, theirs = socket.socketpair()
         try:
-            self.process = subprocess.Popen(
-                [interpreter, "-c", _BOOTSTRAP, _python_stub.__file__, str(theirs.fileno()), _PACKAGE_DIR],
-                pass_fds=(theirs.fileno(),), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True)  # its own session: a Ctrl-C in a terminal reaches the server only
+            self.process = _start_stub(interpreter, theirs, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
             ours.close()
             raise InternalError(f"model '{owner.name}': cannot start a Python process with {interpreter}: "
@@ -176,11 +191,7 @@ class ProcessPythonBackend(Backend):
         self.logger = logging.getLogger(f"triton_nb.python_backend.{context.name}")
         self._backend_folder = backend_folder
         self._interpreter = interpreter or sys.executable
-        self._env = dict(os.environ if env is None else env)
-        # An OpenMP pool (XGBoost's, numpy's BLAS) spins for a while after each parallel region; in a
-        # process beside the server and the other instances it spins on the cores they need (the
-        # fraud ensemble at one request in flight: p90 18.5 -> 1.7 ms). Passive waiting, unless set.
-        self._env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        self._env = _stub_env(env)
         self._lock = threading.Lock()  # starting a stub and registering a batch
         self._batches: dict[int, _Batch] = {}
         self._ids = itertools.count(1)
@@ -408,13 +419,8 @@ def auto_complete_in_process(config: ModelConfig, version_path: Path, *, interpr
 
     name = config.name or Path(version_path).parent.name
     ours, theirs = socket.socketpair()
-    environment = dict(os.environ if env is None else env)
-    environment.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
-        process = subprocess.Popen(
-            [interpreter or sys.executable, "-c", _BOOTSTRAP, _python_stub.__file__, str(theirs.fileno()),
-             _PACKAGE_DIR], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=environment,
-            start_new_session=True)
+        process = _start_stub(interpreter or sys.executable, theirs, _stub_env(env))
     except OSError as exc:
         ours.close()
         raise InternalError(f"model '{name}': cannot start a Python process with {interpreter}: {exc}") from exc

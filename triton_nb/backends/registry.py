@@ -96,47 +96,50 @@ def _entry_point(name: str) -> BackendFactory | None:
     return None
 
 
+def _in_a_process(config: ModelConfig, name: str, model_path: Path,
+                  python_instances: str) -> tuple[str | None, dict[str, str] | None] | None:
+    """Where a Python model runs: None for threads of this process; else ``(interpreter, env)``
+    for processes of its own — this interpreter (None, None) with ``python_instances="process"``,
+    or always, with ``EXECUTION_ENV_PATH``, its packed environment's."""
+    parameters = config.parameters
+    env_path = parameters["EXECUTION_ENV_PATH"].string_value if "EXECUTION_ENV_PATH" in parameters else ""
+    if not env_path:
+        return (None, None) if python_instances == "process" else None
+    from triton_nb.backends.execution_env import execution_environment
+
+    environment = execution_environment(name, env_path, model_path)
+    return environment.interpreter, environment.process_env()
+
+
 def python_instance(context: ModelContext, backend_folder: Path | None = None) -> Backend:
     """A Python-model instance as the server runs them: a thread of this process, or a process
     of its own (``python_instances="process"``, or always with ``EXECUTION_ENV_PATH``, whose
     interpreter it then runs)."""
-    parameters = context.config.parameters
-    env_path = parameters["EXECUTION_ENV_PATH"].string_value if "EXECUTION_ENV_PATH" in parameters else ""
-    if env_path or context.python_instances == "process":
-        from triton_nb.backends.python_process import ProcessPythonBackend
+    where = _in_a_process(context.config, context.name, context.model_path, context.python_instances)
+    if where is None:
+        from triton_nb.backends.python import PythonBackend
 
-        if not env_path:
-            return ProcessPythonBackend(context, backend_folder=backend_folder)
-        from triton_nb.backends.execution_env import execution_environment
+        return PythonBackend(context, backend_folder=backend_folder)
+    from triton_nb.backends.python_process import ProcessPythonBackend
 
-        environment = execution_environment(context.name, env_path, context.model_path)
-        return ProcessPythonBackend(context, backend_folder=backend_folder, interpreter=environment.interpreter,
-                                    env=environment.process_env())
-    from triton_nb.backends.python import PythonBackend
-
-    return PythonBackend(context, backend_folder=backend_folder)
+    interpreter, env = where
+    return ProcessPythonBackend(context, backend_folder=backend_folder, interpreter=interpreter, env=env)
 
 
 def python_auto_complete(config: ModelConfig, version_path: Path, model_path: Path, *,
                          python_instances: str = "thread") -> ModelConfig:
-    """A Python model's ``auto_complete_config``, run where its instances will run: in this
-    interpreter for thread instances, in a process of its own (with its packed environment's
-    interpreter for ``EXECUTION_ENV_PATH``) otherwise — the same choice as :func:`python_instance`."""
-    parameters = config.parameters
-    env_path = parameters["EXECUTION_ENV_PATH"].string_value if "EXECUTION_ENV_PATH" in parameters else ""
-    if env_path or python_instances == "process":
-        from triton_nb.backends.python_process import auto_complete_in_process
+    """A Python model's ``auto_complete_config``, run where its instances will run (the same
+    choice as :func:`python_instance`): in this interpreter for thread instances, else in a
+    process of its own with the instances' interpreter."""
+    where = _in_a_process(config, config.name or model_path.name, model_path, python_instances)
+    if where is None:
+        from triton_nb.backends.python import auto_complete
 
-        if not env_path:
-            return auto_complete_in_process(config, version_path)
-        from triton_nb.backends.execution_env import execution_environment
+        return auto_complete(config, version_path)
+    from triton_nb.backends.python_process import auto_complete_in_process
 
-        environment = execution_environment(config.name or model_path.name, env_path, model_path)
-        return auto_complete_in_process(config, version_path, interpreter=environment.interpreter,
-                                        env=environment.process_env())
-    from triton_nb.backends.python import auto_complete
-
-    return auto_complete(config, version_path)
+    interpreter, env = where
+    return auto_complete_in_process(config, version_path, interpreter=interpreter, env=env)
 
 
 def _python_based(name: str, backend_directory: Path) -> BackendFactory | None:
