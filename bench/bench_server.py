@@ -32,6 +32,20 @@ For information, also: the p50 at 1 in flight with both queue delays set to 0 li
 (``update_batching``), where a request's time goes at 1 in flight (queue and compute per step,
 from the server's statistics), and the hand-off ceiling with its threads pinned to one CPU.
 
+The floor above is below what any server honouring Triton's Python-backend contract can reach:
+the exported ``model.py`` receives one request object per transaction and answers each with a
+response object, so its ``execute`` costs several times the dict loop's rows at batch 64. The
+*contract floor* measures that, in the same run: the exported ``model.py`` loaded from disk with
+the cheapest objects that honour the contract (a request is a dict of named tensors, a tensor a
+name and an array; ``ContractFloor``), its ``execute`` on 64 such requests built per call, plus
+the fastest tree engine at 64. With the bare hand-off each in-flight mode pays (one asyncio
+waiter per request, the loop woken once per batch; the threads' ``Future`` hand-off), it gives
+the nearest honest variants of the throughput targets:
+
+* asyncio 64 >= 30% and 64 threads >= 60% of (contract floor + that mode's bare hand-off);
+* tree batching on/off, against the same ratio of the contract floor (its execute at 64 plus the
+  tree at 1 row, over the same plus the tree at 64): the gain the work itself allows, printed.
+
 Floor and server measurements alternate over ``--rounds`` rounds (the order reversed every other
 round); medians over the rounds are printed, with the ratios.
 
@@ -43,14 +57,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import queue
 import statistics
+import sys
 import tempfile
 import threading
 import time
+import types
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -63,7 +80,7 @@ from triton_nb import fraud, serve
 from triton_nb.backends.base import ModelContext
 from triton_nb.backends.fil import FilBackend
 from triton_nb.repository import export_fraud_repository
-from triton_nb.repository.config import effective_config, load_config, save_config
+from triton_nb.repository.config import config_to_json, effective_config, load_config, save_config
 from triton_nb.tensors import InferRequest
 
 IN_FLIGHT = 64
@@ -118,6 +135,86 @@ class Floor:
         medians = {name: median_call(function, pool, seconds) for name, function in self.preprocessing.items()}
         medians.update({name: median_call(function, features, seconds) for name, function in self.trees().items()})
         return medians
+
+
+class _ContractTensor:
+    """The least a ``pb_utils.Tensor`` can be: a name and an array."""
+
+    __slots__ = ("_array", "_name")
+
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self._name = name
+        self._array = array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+
+class _ContractRequest:
+    """The least a request handed to ``execute`` can be: its tensors by name."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, inputs: Tensors) -> None:
+        self.tensors = {name: _ContractTensor(name, array) for name, array in inputs.items()}
+
+
+class _ContractResponse:
+    __slots__ = ("error", "output_tensors")
+
+    def __init__(self, output_tensors: list, error: object = None) -> None:
+        self.output_tensors = output_tensors
+        self.error = error
+
+
+def _contract_pb_utils() -> types.ModuleType:
+    """A ``triton_python_backend_utils`` with the cheapest objects honouring the contract the
+    exported model.py uses (no checks, no copies): the floor of what a server can hand it."""
+    module = types.ModuleType("triton_python_backend_utils")
+    module.Tensor = _ContractTensor
+    module.InferenceResponse = _ContractResponse
+    module.TritonError = RuntimeError
+    module.get_input_tensor_by_name = lambda request, name: request.tensors.get(name)
+    module.get_output_config_by_name = lambda config, name: next(
+        output for output in config["output"] if output["name"] == name)
+    module.triton_string_to_numpy = lambda name: np.dtype(name.removeprefix("TYPE_").lower().replace("fp", "float"))
+    return module
+
+
+class ContractFloor:
+    """The exported preprocessing ``model.py`` under the cheapest contract objects, timed per call.
+
+    It is loaded from the repository on disk, as the server loads it, under names of its own
+    (its ``fraud_encoding`` package and pickle reader are imported for it and then taken out of
+    ``sys.modules`` again, so the served model's imports are untouched)."""
+
+    def __init__(self, root: Path) -> None:
+        version = root / "preprocessing" / "1"
+        shipped = ("triton_python_backend_utils", "fraud_encoding", "fraud_safe_pickle")
+        saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] in shipped}
+        path = list(sys.path)
+        for name in saved:
+            del sys.modules[name]
+        sys.modules["triton_python_backend_utils"] = _contract_pb_utils()
+        try:
+            module = _module(version / "model.py", "bench_server_contract_model")
+        finally:
+            for name in [name for name in sys.modules if name.split(".")[0] in shipped]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+            sys.path[:] = path
+        config = config_to_json(effective_config(load_config(root / "preprocessing"), "preprocessing"))
+        self.model = module.TritonPythonModel()
+        self.model.initialize({"model_config": json.dumps(config), "model_name": "preprocessing"})
+
+    def execute(self, requests: Sequence[Tensors]) -> np.ndarray:
+        """The model's ``execute`` on one contract request per transaction, built in the call
+        (the server builds them per batch too); the features, joined, for checking."""
+        responses = self.model.execute([_ContractRequest(inputs) for inputs in requests])
+        return np.concatenate([response.output_tensors[0].as_numpy() for response in responses])
 
 
 def median_call(function: Callable, pool: Sequence, seconds: float) -> float:
@@ -272,6 +369,70 @@ def handoff_ceiling(seconds: float, warmup: float) -> float:
     return threaded_rate(call, IN_FLIGHT, seconds, warmup, on_stop=finish)
 
 
+async def asyncio_window(call: Callable[[int, int], Awaitable[object]], seconds: float, warmup: float) -> float:
+    """Calls per second of 64 tasks of this loop, each awaiting ``call(task, n)`` in turn."""
+    done = 0
+    stop = False
+
+    async def sender(task: int) -> None:
+        nonlocal done
+        n = 0
+        while not stop:
+            await call(task, n)
+            n += 1
+            done += 1
+
+    tasks = [asyncio.create_task(sender(i)) for i in range(IN_FLIGHT)]
+    await asyncio.sleep(warmup)
+    before = done
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    count = done - before
+    elapsed = time.perf_counter() - started
+    stop = True
+    await asyncio.gather(*tasks)
+    return count / elapsed
+
+
+def asyncio_ceiling(seconds: float, warmup: float) -> float:
+    """Hand-offs/s of 64 tasks of one asyncio loop each awaiting a future that a worker thread
+    answers, the loop woken once for all it answers together (as the in-process client's relay
+    does): the least any asyncio caller pays per request, with none of a server's work."""
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        inbox: queue.SimpleQueue[asyncio.Future | None] = queue.SimpleQueue()
+
+        def answer(waiters: list[asyncio.Future]) -> None:
+            for waiter in waiters:
+                waiter.set_result(None)
+
+        def worker() -> None:
+            while (first := inbox.get()) is not None:
+                waiters = [first]
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        waiters.append(inbox.get_nowait())
+                loop.call_soon_threadsafe(answer, [w for w in waiters if w is not None])
+                if waiters[-1] is None:
+                    return
+
+        resolver = threading.Thread(target=worker, daemon=True)
+        resolver.start()
+
+        async def call(_task: int, _n: int) -> None:
+            waiter = loop.create_future()
+            inbox.put(waiter)
+            await waiter
+
+        try:
+            return await asyncio_window(call, seconds, warmup)
+        finally:
+            inbox.put(None)
+            resolver.join()
+
+    return asyncio.run(run())
+
+
 def chain_latency(seconds: float) -> float:
     """Median seconds for a bare ``Future`` to go from the caller to one idle worker thread, from
     it to a second, and back to the caller: the thread hand-offs an in-process request of a
@@ -328,30 +489,11 @@ def handoff_ceiling_one_cpu(seconds: float, warmup: float) -> float | None:
 
 
 def asyncio_rows_per_second(client, pool: Sequence[Tensors], seconds: float, warmup: float) -> float:
-    async def run() -> float:
-        done = 0
-        stop = False
+    def call(task: int, n: int) -> Awaitable[object]:
+        # task t sends rows t, t + 64, t + 128, ... so the 64 tasks cover the pool between them
+        return client.ainfer("ensemble", pool[(task + n * IN_FLIGHT) % len(pool)])
 
-        async def sender(offset: int) -> None:
-            nonlocal done
-            index = offset
-            while not stop:
-                await client.ainfer("ensemble", pool[index % len(pool)])
-                index += IN_FLIGHT
-                done += 1
-
-        tasks = [asyncio.create_task(sender(i)) for i in range(IN_FLIGHT)]
-        await asyncio.sleep(warmup)
-        before = done
-        started = time.perf_counter()
-        await asyncio.sleep(seconds)
-        count = done - before
-        elapsed = time.perf_counter() - started
-        stop = True
-        await asyncio.gather(*tasks)
-        return count / elapsed
-
-    return asyncio.run(run())
+    return asyncio.run(asyncio_window(call, seconds, warmup))
 
 
 def without_tree_batching(root: Path) -> None:
@@ -401,6 +543,9 @@ def main() -> None:
     # Both preprocessing sides must give the same features on these rows, or the floor is not correct work.
     np.testing.assert_array_equal(floor.encoder.transform(tensors), floor.preprocessing["dict loop"](tensors))
     wait_compiled(floor.backend, "floor FilBackend")
+    contract = ContractFloor(root)
+    np.testing.assert_array_equal(contract.execute(singles[:IN_FLIGHT]), floor.encoder.transform(batches[0]))
+    groups = [singles[i:i + IN_FLIGHT] for i in range(0, POOL_ROWS, IN_FLIGHT)]  # 64 requests of a row each
 
     def tree_inputs(pool: Sequence[Tensors]) -> list[tuple[np.ndarray, list[InferRequest]]]:
         items = []
@@ -458,6 +603,8 @@ def main() -> None:
                                           results)),
             ("c1 delay 0", c1_zero_delay),
             ("floor 64", floor_round(IN_FLIGHT)),
+            ("contract 64", lambda: median_call(contract.execute, groups, args.floor_seconds)),
+            ("asyncio ceiling", lambda: asyncio_ceiling(args.seconds, warmup)),
             ("asyncio on", lambda: asyncio_rows_per_second(client, singles, args.seconds, warmup)),
             ("asyncio off", lambda: asyncio_rows_per_second(client_off, singles, args.seconds, warmup)),
             ("threads", lambda: threads_rows_per_second(client, singles, args.seconds, warmup)),
@@ -492,6 +639,14 @@ def main() -> None:
     on, off = median("asyncio on"), median("asyncio off")
     threads, ceiling, big_rate = median("threads"), median("ceiling"), median("big")
     chain = median("chain")
+    # The contract floor: the exported model.py's execute on 64 contract requests + the fastest tree at 64
+    tree_1, tree_64 = (min(statistics.median(floor_candidates[batch][name]) for name in floor.trees())
+                       for batch in (1, IN_FLIGHT))
+    contract_64 = median("contract 64")
+    contract_rate = IN_FLIGHT / (contract_64 + tree_64)
+    asyncio_bound = 1 / (1 / contract_rate + 1 / median("asyncio ceiling"))
+    threads_bound = 1 / (1 / contract_rate + 1 / ceiling)
+    contract_gain = (contract_64 / IN_FLIGHT + tree_1) / ((contract_64 + tree_64) / IN_FLIGHT)
     # What one request at c=1 cannot avoid in any design that hands it to a model's worker
     # thread, as Triton's does: the floor's work, the three thread hand-offs of a two-step
     # ensemble, and (with the exported settings) each step's configured queue delay, which the
@@ -513,6 +668,16 @@ def main() -> None:
         print(f"  same, threads pinned to one CPU:  {per_round('ceiling one cpu')}   (information only)")
     print(f"  4,096-row requests (rows/s):      {per_round('big')}")
     print(f"  bare 2-step hand-off chain (us):  {per_round('chain', 1e6, ',.1f')}")
+    print(f"  contract execute, 64 rows (us):   {per_round('contract 64', 1e6, ',.1f')}")
+    print(f"  asyncio hand-off ceiling (/s):    {per_round('asyncio ceiling')}")
+    print()
+    print(f"contract floor at 64: model.py execute {contract_64 * 1e6:,.1f} us + tree {tree_64 * 1e6:,.1f} us "
+          f"= {contract_rate:,.0f} rows/s ({contract_rate / floor_rate:.0%} of the floor; dict loop "
+          f"{min(statistics.median(floor_candidates[IN_FLIGHT][n]) for n in floor.preprocessing) * 1e6:,.1f} us)")
+    print(f"  with the asyncio hand-off and no server at all: {asyncio_bound:,.0f} rows/s "
+          f"= {asyncio_bound / floor_rate:.1%} of the floor (target as written: 30%)")
+    print(f"  with the threads' hand-off and no server at all: {threads_bound:,.0f} rows/s "
+          f"= {threads_bound / ceiling:.1%} of the hand-off ceiling (target as written: 60%)")
     print()
     print("c=1, where a request's time goes (mean per request, server statistics, median over rounds):")
     for key, label in (("c1", "exported delays"), ("c1 delay 0", "delays 0")):
@@ -537,6 +702,12 @@ def main() -> None:
          f"{big_rate / floor_rate:.1%}", ">= 70%", verdict(big_rate >= 0.7 * floor_rate)),
         ("tree batching on/off, asyncio 64", f"{on:,.0f} / {off:,.0f}", "",
          f"{on / off:.2f}x", ">= 3x", verdict(on >= 3 * off)),
+        ("asyncio 64 vs contract floor + hand-off", f"{on:,.0f} rows/s", f"{asyncio_bound:,.0f} rows/s",
+         f"{on / asyncio_bound:.1%}", ">= 30%", verdict(on >= 0.3 * asyncio_bound)),
+        ("64 threads vs contract floor + hand-off", f"{threads:,.0f} rows/s", f"{threads_bound:,.0f} rows/s",
+         f"{threads / threads_bound:.1%}", ">= 60%", verdict(threads >= 0.6 * threads_bound)),
+        ("tree batching on/off, the contract floor's", f"{on / off:.2f}x", f"{contract_gain:.2f}x",
+         f"{(on / off) / contract_gain:.2f}", "(info)", ""),
     ]
     header = ("figure", "measured", "floor / ceiling", "ratio", "target", "")
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]

@@ -1,5 +1,6 @@
-"""Custom backends for the tests: a registered class, an installed entry point, and a Python-based
-backend folder shared by two models with their own parameters and files."""
+"""Custom backends for the tests: a registered class, an installed entry point, a Python-based
+backend folder shared by two models with their own parameters and files, and a Python-based
+backend whose ``auto_complete_config`` writes its models' tensors."""
 
 from __future__ import annotations
 
@@ -85,6 +86,40 @@ def write_scaled_models(repo: Path) -> None:
         folder = write_model(repo, name, "scaler",
                              f'parameters {{ key: "factor" value: {{ string_value: "{factor}" }} }}')
         (folder / "offset.txt").write_text(str(offset))
+
+
+#: The Python-based backend "tripler": Y = 3 X, for a model whose config names only the backend;
+#: its auto_complete_config declares the tensors and the batch size, and says in which process it ran.
+TRIPLER_MODEL = '''
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.set_max_batch_size(8)
+        with open(os.path.join(os.path.dirname(__file__), "completed_in.txt"), "a") as record:
+            record.write(f"{os.getpid()}\\n")
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 3)]) for r in requests]
+'''
+
+
+def write_tripler(backends: Path, repo: Path, model: str = "tripled") -> Path:
+    """``backends/tripler/model.py`` and a model ``repo/<model>`` whose config is its backend alone."""
+    folder = backends / "tripler"
+    folder.mkdir(parents=True)
+    (folder / "model.py").write_text(TRIPLER_MODEL)
+    (repo / model / "1").mkdir(parents=True)
+    (repo / model / "config.pbtxt").write_text('backend: "tripler"\n')
+    return folder
 
 
 def write_entry_point_distribution(site: Path, name: str) -> None:

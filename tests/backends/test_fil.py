@@ -256,6 +256,32 @@ def test_every_engine_gives_the_same_outputs(name, models, data, load):
         np.testing.assert_allclose(got, first, rtol=1e-5, atol=1e-5, err_msg=engine)
 
 
+def test_the_compiled_engine_keeps_the_gil_for_small_batches_only(models, data, load):
+    """Up to HOLD_GIL_MAX_ROWS rows the compiled model runs through its GIL-holding entry point,
+    above through the releasing one, and both give the library's answers."""
+    model, x = models["xgb_reg"], np.tile(data[3], (2, 1))
+    backend = load(model, engine="tl2cgen")  # builds (or finds) the library, forced: no fallback engine
+    library = compiled._CompiledLibrary(backend._builder.build())  # the cached library, at once
+    calls: list[str] = []
+
+    def recording(fn, label):
+        def call(*args):
+            calls.append(label)
+            return fn(*args)
+        return call
+
+    library._predict = recording(library._predict, "releasing")
+    library._predict_holding_gil = recording(library._predict_holding_gil, "holding")
+    predict = library.candidate(1).predict
+    expected = model.get_booster().inplace_predict(x)
+    limit = compiled.HOLD_GIL_MAX_ROWS
+    for rows, entry in ((1, "holding"), (limit, "holding"), (limit + 1, "releasing"), (len(x), "releasing")):
+        calls.clear()
+        got = predict(np.ascontiguousarray(x[:rows]))
+        assert calls == [entry], rows
+        np.testing.assert_allclose(got[:, 0], expected[:rows], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("offset", [1, 2, 3])
 def test_xgboost_engine_takes_input_that_is_not_aligned(models, data, load, offset):
     """A binary tensor is a view into a request body at any offset; XGBoost's C API refuses float

@@ -1,5 +1,8 @@
 """An ensemble carries a formed batch into its next step as one request where that changes
-nothing a user sees: the answers, each request's error, and the statistics' request counts."""
+nothing a user sees: the answers, each request's error, and the statistics' request counts.
+
+The two-step ensemble here is a chain, so the scheduler takes its chain's road; every test of the
+pipeline runs on the general road too (``road="general"``), which other shapes of DAG take."""
 
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ ensemble_scheduling { step [
 
 
 def doubled(instance, requests):
-    return [InferResponse("first", 1, {"Y": r.inputs["X"] * 2}, r.request_id) for r in requests]
+    """X * 2; a request with a negative X fails alone (its response carries the error)."""
+    return [InferResponse("first", 1, {"Y": r.inputs["X"] * 2}, r.request_id) if (r.inputs["X"] >= 0).all()
+            else InferResponse.failed(r, InternalError("negative input"), 1) for r in requests]
 
 
 class Second:
@@ -49,8 +54,12 @@ class Second:
         return self.futures[-1]
 
 
-def pipeline(carry: bool):
-    """'first' on a real scheduler (its batch of three is answered together), 'second' by hand."""
+ROADS = ["chain", "general"]
+
+
+def pipeline(carry: bool, road: str = "chain", inputs: list[np.ndarray] | None = None, start: bool = True):
+    """'first' on a real scheduler (its batch of three is answered together), 'second' by hand;
+    ``start=False`` leaves 'first' without its instance (the caller adds it)."""
     first = Scheduler("first", 1, SchedulerSettings(max_batch_size=8, dynamic_batching=True,
                                                     max_queue_delay_microseconds=10_000_000,
                                                     preferred_batch_size=(6,)), doubled)
@@ -67,9 +76,14 @@ def pipeline(carry: bool):
     stats = ModelStats("pair", 1)
     ensemble = EnsembleScheduler("pair", 1, config, submit, stats=stats,
                                  carry=(lambda name, version, rows: rows <= 8) if carry else None)
-    inputs = [np.full((rows, 2), i, np.float32) for i, rows in enumerate((1, 2, 3))]  # 6 rows: one batch
+    assert ensemble.chain == (0, 1)
+    if road == "general":
+        ensemble.chain = None
+    if inputs is None:
+        inputs = [np.full((rows, 2), i, np.float32) for i, rows in enumerate((1, 2, 3))]  # 6 rows: one batch
     runs = [ensemble.run(InferRequest("pair", {"X": x}, request_id=str(i))) for i, x in enumerate(inputs)]
-    first.add_instance(object(), "w0")
+    if start:
+        first.add_instance(object(), "w0")
     return first, second, stats, inputs, runs
 
 
@@ -86,8 +100,9 @@ def sent_to_second(second: Second, count: int) -> None:
         time.sleep(0.005)
 
 
-def test_the_batch_goes_on_as_one_request_and_each_run_gets_its_rows():
-    first, second, stats, inputs, runs = pipeline(carry=True)
+@pytest.mark.parametrize("road", ROADS)
+def test_the_batch_goes_on_as_one_request_and_each_run_gets_its_rows(road):
+    first, second, stats, inputs, runs = pipeline(carry=True, road=road)
     try:
         sent_to_second(second, 1)
         assert len(second.requests) == 1, "the three runs' second step was not carried as one request"
@@ -97,13 +112,16 @@ def test_the_batch_goes_on_as_one_request_and_each_run_gets_its_rows():
         second.futures[0].set_result(InferResponse("second", 1, {"Y": carried.inputs["X"] + 1}, ""))
         for run, x in zip(runs, inputs, strict=True):
             np.testing.assert_array_equal(run.result(timeout=WAIT_S).outputs["Z"], x * 2 + 1)
-        assert stats.to_json()["inference_stats"]["success"]["count"] == 3  # each ensemble request, once
+        view = stats.to_json()
+        assert view["inference_stats"]["success"]["count"] == 3  # each ensemble request, once
+        assert view["inference_count"] == 6 and stats.pending == 0
     finally:
         finish(first)
 
 
-def test_a_failed_carried_step_fails_every_run_it_carried_with_the_step_named():
-    first, second, stats, _, runs = pipeline(carry=True)
+@pytest.mark.parametrize("road", ROADS)
+def test_a_failed_carried_step_fails_every_run_it_carried_with_the_step_named(road):
+    first, second, stats, _, runs = pipeline(carry=True, road=road)
     try:
         sent_to_second(second, 1)
         second.futures[0].set_exception(UnavailableError("the tree model was unloaded"))
@@ -115,8 +133,9 @@ def test_a_failed_carried_step_fails_every_run_it_carried_with_the_step_named():
         finish(first)
 
 
-def test_without_carry_each_run_sends_its_own_request():
-    first, second, _, inputs, runs = pipeline(carry=False)
+@pytest.mark.parametrize("road", ROADS)
+def test_without_carry_each_run_sends_its_own_request(road):
+    first, second, _, inputs, runs = pipeline(carry=False, road=road)
     try:
         sent_to_second(second, 3)
         assert [r.carried_rows for r in second.requests] == [(), (), ()]
@@ -127,6 +146,91 @@ def test_without_carry_each_run_sends_its_own_request():
             np.testing.assert_array_equal(run.result(timeout=WAIT_S).outputs["Z"], x * 2)
     finally:
         finish(first)
+
+
+@pytest.mark.parametrize("road", ROADS)
+def test_a_request_that_fails_in_the_first_step_fails_alone(road):
+    inputs = [np.full((1, 2), 1, np.float32), np.full((2, 2), -1, np.float32), np.full((3, 2), 3, np.float32)]
+    first, second, stats, _, runs = pipeline(carry=True, road=road, inputs=inputs)
+    try:
+        sent_to_second(second, 1)
+        assert len(second.requests) == 1 and second.requests[0].carried_rows == (1, 3)  # the others, carried
+        carried = second.requests[0]
+        second.futures[0].set_result(InferResponse("second", 1, {"Y": carried.inputs["X"] + 1}, ""))
+        with pytest.raises(InternalError, match=r"in ensemble 'pair', step 0 \('first'\): negative input"):
+            runs[1].result(timeout=WAIT_S)
+        for index in (0, 2):
+            np.testing.assert_array_equal(runs[index].result(timeout=WAIT_S).outputs["Z"], inputs[index] * 2 + 1)
+        view = stats.to_json()["inference_stats"]
+        assert (view["success"]["count"], view["fail"]["count"], stats.pending) == (2, 1, 0)
+    finally:
+        finish(first)
+
+
+@pytest.mark.parametrize("road", ROADS)
+def test_a_request_its_caller_gave_up_on_is_counted_canceled_and_the_rest_go_on(road):
+    first, second, stats, inputs, runs = pipeline(carry=True, road=road, start=False)
+    try:
+        assert runs[0].cancel()  # before the first step's worker starts: the run is at its first step
+        first.add_instance(object(), "w0")
+        sent_to_second(second, 1)
+        carried = second.requests[0]
+        assert carried.carried_rows == (2, 3)
+        second.futures[0].set_result(InferResponse("second", 1, {"Y": carried.inputs["X"]}, ""))
+        for index in (1, 2):
+            np.testing.assert_array_equal(runs[index].result(timeout=WAIT_S).outputs["Z"], inputs[index] * 2)
+        assert stats._failures["CANCELED"] == 1 and stats.pending == 0
+        assert stats.to_json()["inference_stats"]["success"]["count"] == 2
+    finally:
+        finish(first)
+
+
+@pytest.mark.parametrize("road", ROADS)
+def test_requests_started_while_a_batch_is_answered_go_on_after_it(road):
+    """A caller that sends its next request from a done-callback (as perf's in-process load does)
+    runs on the worker answering a batch: the new requests wait for that batch to be answered,
+    then go through both steps and are answered."""
+    settings = SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=1000)
+    steps = {"first": Scheduler("first", 1, settings, doubled),
+             "second": Scheduler("second", 1, settings, lambda instance, requests: [
+                 InferResponse("second", 1, {"Y": r.inputs["X"] + 1}, r.request_id) for r in requests])}
+
+    def submit(request: InferRequest) -> Future:
+        future: Future = Future()
+        steps[request.model_name].enqueue(request, future)
+        return future
+
+    stats = ModelStats("pair", 1)
+    ensemble = EnsembleScheduler("pair", 1, text_format.Parse(TWO_STEPS, ModelConfig()), submit, stats=stats,
+                                 carry=lambda name, version, rows: rows <= 8)
+    if road == "general":
+        ensemble.chain = None
+    inside: list[bool] = []
+    resent: list[Future] = []
+
+    def resend(_future: Future) -> None:
+        inside.append(after_batch(lambda: None))  # True: on a worker, answering a batch
+        resent.append(ensemble.run(InferRequest("pair", {"X": np.ones((1, 2), np.float32)})))
+
+    runs = [ensemble.run(InferRequest("pair", {"X": np.full((1, 2), i, np.float32)})) for i in range(3)]
+    for run in runs:
+        run.add_done_callback(resend)
+    for scheduler in steps.values():
+        scheduler.add_instance(object(), "w0")
+    try:
+        for i, run in enumerate(runs):
+            np.testing.assert_array_equal(run.result(timeout=WAIT_S).outputs["Z"], np.full((1, 2), i * 2 + 1))
+        deadline = time.monotonic() + WAIT_S
+        while len(resent) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for run in resent:
+            np.testing.assert_array_equal(run.result(timeout=WAIT_S).outputs["Z"], np.full((1, 2), 3.0))
+        assert inside == [True, True, True]
+        assert stats.to_json()["inference_stats"]["success"]["count"] == 6 and stats.pending == 0
+    finally:
+        for scheduler in steps.values():
+            scheduler.stop()
 
 
 def test_after_batch_runs_once_after_the_batch_and_only_inside_one():
@@ -179,3 +283,49 @@ def test_a_carried_request_is_counted_as_the_requests_it_carries():
     assert isinstance(failing.exception(timeout=WAIT_S), InternalError)
     broken.stop()
     assert stats._failures["BACKEND"] == 3
+
+
+DIAMOND = """
+name: "diamond"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Z" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [
+  { model_name: "left" input_map { key: "X" value: "X" } output_map { key: "Y" value: "l" } },
+  { model_name: "right" input_map { key: "X" value: "X" } output_map { key: "Y" value: "r" } },
+  { model_name: "join" input_map [ { key: "A" value: "l" }, { key: "B" value: "r" } ]
+    output_map { key: "Y" value: "Z" } }
+] }
+"""
+
+
+def test_a_dag_with_parallel_steps_takes_the_general_road():
+    """Steps that may run side by side are no chain: both start at once, the join waits for
+    both, and a failing branch fails the request with its step named."""
+    sent: list[str] = []
+
+    def submit(request: InferRequest) -> Future:
+        sent.append(request.model_name)
+        future: Future = Future()
+        x = request.inputs
+        if request.model_name == "join":
+            future.set_result(InferResponse("join", 1, {"Y": x["A"] + x["B"]}))
+        elif request.model_name == "right" and (x["X"] < 0).any():
+            future.set_exception(InternalError("right refuses negatives"))
+        else:
+            future.set_result(InferResponse(request.model_name, 1, {"Y": x["X"] * (2 if request.model_name == "left"
+                                                                                     else 3)}))
+        return future
+
+    stats = ModelStats("diamond", 1)
+    ensemble = EnsembleScheduler("diamond", 1, text_format.Parse(DIAMOND, ModelConfig()), submit, stats=stats,
+                                 carry=lambda name, version, rows: True)
+    assert ensemble.chain is None
+    x = np.ones((1, 2), np.float32)
+    np.testing.assert_array_equal(ensemble.run(InferRequest("diamond", {"X": x})).result(WAIT_S).outputs["Z"], x * 5)
+    assert sorted(sent[:2]) == ["left", "right"] and sent[2] == "join"
+    with pytest.raises(InternalError, match=r"in ensemble 'diamond', step 1 \('right'\): right refuses"):
+        ensemble.run(InferRequest("diamond", {"X": -x})).result(WAIT_S)
+    view = stats.to_json()["inference_stats"]
+    assert (view["success"]["count"], view["fail"]["count"], stats.pending) == (1, 1, 0)

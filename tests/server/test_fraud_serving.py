@@ -84,16 +84,19 @@ def test_awaitable_and_bad_rows(trained, frame, tmp_path):
 
 
 def _carried_groups(monkeypatch) -> list[tuple[int, ...]]:
-    from triton_nb.server import ensemble
+    """The rows of every carried request the server is handed (an ensemble step's request that
+    carries several ensemble requests), whichever road of the ensemble scheduler made it."""
+    from triton_nb.server.core import Server
 
     groups: list[tuple[int, ...]] = []
-    carried = ensemble.EnsembleScheduler._submit_carried
+    infer_step = Server._infer_step
 
-    def spy(self, index, group, rows):
-        groups.append(rows)
-        return carried(self, index, group, rows)
+    def spy(self, request, *args, **kwargs):
+        if request.carried_rows:
+            groups.append(request.carried_rows)
+        return infer_step(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(ensemble.EnsembleScheduler, "_submit_carried", spy)
+    monkeypatch.setattr(Server, "_infer_step", spy)
     return groups
 
 

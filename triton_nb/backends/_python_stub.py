@@ -159,7 +159,8 @@ def _auto_complete(channel: Any, job: dict[str, Any]) -> int:
     from triton_nb.errors import InternalError, TritonNBError
 
     try:
-        completed = complete_config_json(job["config"], job["name"], job["version_path"], job["filename"])
+        completed = complete_config_json(job["config"], job["name"], job["version_path"], job["filename"],
+                                         job.get("code_dir"))
     except BaseException as exc:
         error = exc if isinstance(exc, TritonNBError) else InternalError(
             f"model '{job['name']}': auto_complete_config failed: {type(exc).__name__}: {exc}")

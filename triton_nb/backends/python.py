@@ -328,8 +328,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _model_filename(config: ModelConfig) -> str:
-    return config.default_model_filename or "model.py"
+def _model_filename(config: ModelConfig, code_dir: Path | None = None) -> str:
+    """The file to load: a Python-based backend's is always its folder's model.py."""
+    return "model.py" if code_dir is not None else config.default_model_filename or "model.py"
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,7 @@ class PythonModelSettings:
 # --------------------------------------------------------------------------- auto-complete
 
 
-def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
+def auto_complete(config: ModelConfig, version_path: Path, code_dir: Path | None = None) -> ModelConfig:
     """Run ``TritonPythonModel.auto_complete_config`` (when the model defines it) on ``config``.
 
     Called by the server before creating instances, with the config as read (the version
@@ -361,11 +362,13 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
     As in Triton, the module is loaded in a throw-away namespace: nothing created here is
     visible to the instances. A model that runs in processes of its own has this run there
     (:func:`triton_nb.backends.python_process.auto_complete_in_process`), with its interpreter.
+    ``code_dir``: a Python-based backend's folder, whose ``model.py`` is the one to ask.
     """
     from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
 
     name = config.name or Path(version_path).parent.name
-    completed = complete_config_json(config_to_json(config), name, version_path, _model_filename(config))
+    completed = complete_config_json(config_to_json(config), name, version_path, _model_filename(config, code_dir),
+                                     code_dir)
     if completed is None:
         unchanged = ModelConfig()
         unchanged.CopyFrom(config)
@@ -374,13 +377,13 @@ def auto_complete(config: ModelConfig, version_path: Path) -> ModelConfig:
 
 
 def complete_config_json(data: dict[str, Any], name: str, version_path: str | Path,
-                         filename: str) -> dict[str, Any] | None:
+                         filename: str, code_dir: str | Path | None = None) -> dict[str, Any] | None:
     """The model's ``auto_complete_config`` on ``data`` (the config in Triton's JSON form): the
     completed config as JSON, or None when the model defines no hook. Needs no protobuf, so a
     model's own process runs it too."""
     version_path = Path(version_path)
     loaded = _LoadedModule(name, _version_of(version_path), "autocomplete", version_path, version_path.parent,
-                           filename)
+                           filename, code_dir=None if code_dir is None else Path(code_dir))
     module = loaded.load()
     context = bridge.CallContext(name, _version_of(version_path), None,
                                  logging.getLogger(f"triton_nb.python_backend.{name}"), loaded.version_dir)

@@ -127,19 +127,20 @@ def python_instance(context: ModelContext, backend_folder: Path | None = None) -
 
 
 def python_auto_complete(config: ModelConfig, version_path: Path, model_path: Path, *,
-                         python_instances: str = "thread") -> ModelConfig:
+                         python_instances: str = "thread", code_dir: Path | None = None) -> ModelConfig:
     """A Python model's ``auto_complete_config``, run where its instances will run (the same
     choice as :func:`python_instance`): in this interpreter for thread instances, else in a
-    process of its own with the instances' interpreter."""
+    process of its own with the instances' interpreter. ``code_dir``: a Python-based backend's
+    folder, whose ``model.py`` runs for the model."""
     where = _in_a_process(config, config.name or model_path.name, model_path, python_instances)
     if where is None:
         from triton_nb.backends.python import auto_complete
 
-        return auto_complete(config, version_path)
+        return auto_complete(config, version_path, code_dir=code_dir)
     from triton_nb.backends.python_process import auto_complete_in_process
 
     interpreter, env = where
-    return auto_complete_in_process(config, version_path, interpreter=interpreter, env=env)
+    return auto_complete_in_process(config, version_path, interpreter=interpreter, env=env, code_dir=code_dir)
 
 
 def _python_based(name: str, backend_directory: Path) -> BackendFactory | None:

@@ -45,6 +45,7 @@ import ctypes.util
 import functools
 import itertools
 import logging
+import operator
 import sys
 import threading
 import time
@@ -221,6 +222,7 @@ class Scheduler:
         # worker skips the timeout scan when no queued request has a deadline.
         self._queued_rows = 0
         self._signatures: dict[tuple, tuple] = {}
+        self._signature_of: dict[tuple, tuple[int, tuple]] = {}  # (batching, names, shapes) -> (rows, signature)
         self._with_deadline = 0
         self._workers: list[_Worker] = []
         self._sequence = itertools.count()
@@ -296,11 +298,28 @@ class Scheduler:
 
     def enqueue(self, request: InferRequest, future: Future) -> None:
         settings = self._settings
-        rows, shapes = _signature(request, settings.max_batch_size > 0)
-        # one tuple per distinct signature, so that forming a batch compares by identity
-        shapes = self._signatures.setdefault(shapes, shapes)
-        if len(self._signatures) > _MAX_SIGNATURES:  # variable dims: do not grow without bound
-            self._signatures.clear()
+        batching = settings.max_batch_size > 0
+        inputs = request.inputs
+        # The signature of the last requests with these input names and shapes (nearly all of
+        # them, under load): a look-up, not a sort of (name, dims) pairs per request.
+        try:
+            key = (batching, tuple(inputs), tuple(map(_shape, inputs.values())))
+        except AttributeError:  # not arrays: the checks let only arrays through, but never mind
+            key = None
+        found = self._signature_of.get(key) if key is not None else None
+        if found is None:
+            rows, shapes = _signature(request, batching)
+            # one tuple per distinct signature, so that forming a batch compares by identity
+            shapes = self._signatures.setdefault(shapes, shapes)
+            if len(self._signatures) > _MAX_SIGNATURES:  # variable dims: do not grow without bound
+                self._signatures.clear()
+                self._signature_of.clear()
+            if key is not None:
+                if len(self._signature_of) >= _MAX_SIGNATURES:  # batch sizes and dims vary: bounded too
+                    self._signature_of.clear()
+                self._signature_of[key] = (rows, shapes)
+        else:
+            rows, shapes = found
         with self._cond:
             if self._stopping:
                 raise UnavailableError(f"model '{self.model_name}' is unloading; request not accepted")
@@ -629,6 +648,9 @@ class Scheduler:
         with self._cond:
             self._workers.clear()
         return [w.instance for w in finished]
+
+
+_shape = operator.attrgetter("shape")
 
 
 def _signature(request: InferRequest, batching: bool) -> tuple[int, tuple]:

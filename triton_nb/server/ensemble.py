@@ -15,6 +15,14 @@ ensemble request as a request (``InferRequest.carried_rows``); a step with dynam
 a bounded queue or a backend whose requests may fail one by one (Python models) gets the requests
 one by one, as before.
 
+A chain (each step readies exactly the next, as the fraud ensemble's preprocessing -> fil) of
+requests that give every input and no parameters takes a leaner road, :class:`_ChainRun`: the
+same submissions, carries, errors and counts, with the bookkeeping done per answered batch
+instead of per request — a step's answers are taken up together once the batch that holds them
+is answered, the next step submitted for all of them at once, and the finished ones counted in
+one call. Anything else (parallel steps, optional inputs left out, sequence parameters) runs
+through the general :class:`_EnsembleRun`.
+
 The scheduler counts its own requests in the ensemble's statistics, as the batcher counts a
 composing model's: pending while they run, then one success or failure each (``CANCELED`` when
 the caller gave up, ``REJECTED`` otherwise); its steps are counted by their own models.
@@ -45,6 +53,8 @@ Submit = Callable[[InferRequest], Future]
 _SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
 #: Whether model (name, version) takes one request carrying ``rows`` rows of several ensemble requests.
 Carry = Callable[[str, int, int], bool]
+#: A step's answer for one ensemble request on the chain's road: its outputs, or its error.
+_Answer = dict[str, np.ndarray] | BaseException
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,20 @@ class EnsembleScheduler:
         self._submit = submit
         self._carry = carry
         self._deferred = threading.local()  # step requests readied inside a batch being answered
+        self.chain = self._chain_order()  # None: the general road (see the module docstring)
+
+    def _chain_order(self) -> tuple[int, ...] | None:
+        """The steps in order when, from every input, each step readies exactly the next one."""
+        produced, order = set(self.all_inputs), []
+        remaining = set(range(len(self.plan)))
+        while remaining:
+            ready = [index for index in remaining if self.plan[index].needs <= produced]
+            if len(ready) != 1:
+                return None
+            order.append(ready[0])
+            remaining.discard(ready[0])
+            produced.update(tensor for _, tensor in self.plan[ready[0]].outputs)
+        return tuple(order) if order else None
 
     def _submit_step(self, run: _EnsembleRun, index: int, request: InferRequest) -> None:
         """Submit now, or, inside a batch being answered, once that whole batch is answered."""
@@ -141,8 +165,174 @@ class EnsembleScheduler:
         future = ResponseFuture()
         if self.stats is not None:
             self.stats.pending_add(1)
-        _EnsembleRun(self, request, future).start()
+        if self.chain is not None and not request.parameters and request.inputs.keys() == self.all_inputs:
+            self._chain_start(_ChainRun(request, future, self.batching))
+        else:
+            _EnsembleRun(self, request, future).start()
         return future
+
+    # ------------------------------------------------------------------ the chain's road
+    def _chain_start(self, run: _ChainRun) -> None:
+        """Submit the first step; inside a batch being answered (a caller resubmitting from its
+        done-callback), once that batch is answered, together with the others it started."""
+        if after_batch(self._chain_start_deferred):
+            waiting = getattr(self._deferred, "chain_starts", None)
+            if waiting is None:
+                waiting = self._deferred.chain_starts = []
+            waiting.append(run)
+            return
+        self._chain_send(0, [run])
+
+    def _chain_start_deferred(self) -> None:
+        waiting, self._deferred.chain_starts = self._deferred.chain_starts, []
+        for group in _by_priority_and_timeout(waiting):
+            self._chain_send(0, group)
+
+    def _chain_send(self, position: int, runs: list[_ChainRun]) -> None:
+        """Submit chain step ``position`` for ``runs``: as one carried request where its model
+        takes one, else one request each."""
+        index = self.chain[position]
+        step = self.plan[index]
+        if len(runs) > 1 and self.batching and step.inputs:
+            first_tensor = step.inputs[0][1]
+            rows = tuple(len(run.tensors[first_tensor]) for run in runs)
+            if self._carry is not None and self._carry(step.model_name, step.model_version, sum(rows)):
+                try:
+                    inputs = {name: np.concatenate([run.tensors[tensor] for run in runs])
+                              for name, tensor in step.inputs}
+                except ValueError:  # shapes that cannot join: one by one, as the batcher would
+                    pass
+                else:
+                    first = runs[0].request
+                    carried = InferRequest(
+                        model_name=step.model_name, model_version=step.model_version, inputs=inputs,
+                        requested_outputs=list(step.requested), request_id=first.request_id, priority=first.priority,
+                        timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
+                    try:
+                        future = self._submit(carried)
+                    except Exception as exc:  # refused at once: each fails as it would alone
+                        for run in runs:
+                            self._chain_fail(run, index, exc)
+                        return
+                    future.add_done_callback(partial(self._chain_carried_done, position, runs, rows))
+                    return
+        for run in runs:
+            request = run.request
+            step_request = InferRequest(
+                model_name=step.model_name, model_version=step.model_version,
+                inputs={name: run.tensors[tensor] for name, tensor in step.inputs},
+                requested_outputs=list(step.requested), request_id=request.request_id, priority=request.priority,
+                timeout_microseconds=request.timeout_microseconds)
+            try:
+                future = self._submit(step_request)
+            except Exception as exc:  # refused at once (unknown, not ready, queue full)
+                self._chain_fail(run, index, exc)
+                continue
+            future.add_done_callback(partial(self._chain_one_done, position, run))
+
+    def _chain_one_done(self, position: int, run: _ChainRun, future: Future) -> None:
+        # Inside the step's batch being answered: taken up with the rest of the batch after it
+        if after_batch(self._chain_answered_deferred):
+            waiting = getattr(self._deferred, "chain_answers", None)
+            if waiting is None:
+                waiting = self._deferred.chain_answers = []
+            waiting.append((position, run, future))
+            return
+        self._chain_advance(position, [(run, _outputs_or_error(future))])
+
+    def _chain_answered_deferred(self) -> None:
+        waiting, self._deferred.chain_answers = self._deferred.chain_answers, []
+        groups: dict[tuple[int, int, int], list[tuple[_ChainRun, _Answer]]] = {}
+        for position, run, future in waiting:
+            key = (position, run.request.priority, run.request.timeout_microseconds)
+            groups.setdefault(key, []).append((run, _outputs_or_error(future)))
+        for (position, _, _), items in groups.items():
+            self._chain_advance(position, items)
+
+    def _chain_carried_done(self, position: int, runs: list[_ChainRun], rows: tuple[int, ...],
+                            future: Future) -> None:
+        """Hand each run its rows of a carried step's answer (views, no copies), or its error."""
+        outcome = _outputs_or_error(future)
+        if isinstance(outcome, BaseException):
+            items: list[tuple[_ChainRun, _Answer]] = [(run, outcome) for run in runs]
+        else:
+            items, start = [], 0
+            for run, count in zip(runs, rows, strict=True):
+                items.append((run, {name: array[start:start + count] for name, array in outcome.items()}))
+                start += count
+        self._chain_advance(position, items)
+
+    def _chain_advance(self, position: int, items: list[tuple[_ChainRun, _Answer]]) -> None:
+        """Take up step ``position``'s answers: keep their tensors, then submit the next step
+        for every run still going, or finish them all."""
+        index = self.chain[position]
+        step = self.plan[index]
+        going: list[_ChainRun] = []
+        for run, outputs in items:
+            if isinstance(outputs, BaseException):
+                self._chain_fail(run, index, outputs)
+                continue
+            missing = next((output for output, _ in step.outputs if output not in outputs), None)
+            if missing is not None:
+                self._chain_fail(run, index, InternalError(
+                    f"ensemble '{self.name}': step {index} ('{step.model_name}') gave no output '{missing}'"))
+                continue
+            if run.future.cancelled():  # the caller gave up: what still runs is left to finish
+                self._chain_count(run, False, "CANCELED")
+                continue
+            for output, tensor in step.outputs:
+                run.tensors[tensor] = outputs[output]
+            going.append(run)
+        if not going:
+            return
+        if position + 1 < len(self.chain):
+            self._chain_send(position + 1, going)
+        else:
+            self._chain_finish(going)
+
+    def _chain_finish(self, runs: list[_ChainRun]) -> None:
+        answers = []
+        for run in runs:
+            missing = [name for name in self.outputs if name not in run.tensors]
+            if missing:
+                self._chain_count(run, False)
+                with contextlib.suppress(InvalidStateError):
+                    run.future.set_exception(InternalError(f"ensemble '{self.name}' produced no {', '.join(missing)}"))
+                continue
+            wanted = run.request.requested_outputs or self.outputs
+            answers.append((run, InferResponse(
+                model_name=self.name, model_version=self.version, outputs={name: run.tensors[name] for name in wanted},
+                request_id=run.request.request_id,
+                parameters={"sequence_id": 0, "sequence_start": False, "sequence_end": False})))
+        # counted in one call, before any caller has its answer (as _EnsembleRun._count)
+        if self.stats is not None and answers:
+            finished_ns = time.monotonic_ns()
+            self.stats.pending_add(-len(answers))
+            self.stats.record_successes(
+                [(max(0, finished_ns - run.request.arrival_ns), 0, run.rows) for run, _ in answers],
+                compute_input_ns=0, compute_infer_ns=0, compute_output_ns=0)
+        for run, response in answers:
+            run.counted = True
+            with contextlib.suppress(InvalidStateError):  # the caller gave up just now
+                run.future.set_result(response)
+
+    def _chain_count(self, run: _ChainRun, success: bool, reason: str = "REJECTED") -> None:
+        if run.counted or self.stats is None:
+            run.counted = True
+            return
+        run.counted = True
+        self.stats.pending_add(-1)
+        self.stats.record_request(success=success, request_ns=max(0, time.monotonic_ns() - run.request.arrival_ns),
+                                  reason=reason, batch_size=run.rows)
+
+    def _chain_fail(self, run: _ChainRun, index: int, error: BaseException) -> None:
+        if run.future.done():  # the caller gave up
+            if run.future.cancelled():
+                self._chain_count(run, False, "CANCELED")
+            return
+        self._chain_count(run, False)
+        with contextlib.suppress(InvalidStateError):
+            run.future.set_exception(_step_error(self, index, error))
 
 
 class _EnsembleRun:
@@ -258,15 +448,9 @@ class _EnsembleRun:
             if self.future.cancelled():
                 self._count(False, "CANCELED")
             return
-        step = self.scheduler.steps[index]
-        message = f"in ensemble '{self.scheduler.name}', step {index} ('{step.model_name}'): {error}"
-        try:  # keep the error's class (so its status maps the same), with the step named
-            wrapped = type(error)(message) if isinstance(error, TritonNBError) else InternalError(message)
-        except TypeError:
-            wrapped = InternalError(message)
         self._count(False)
         with contextlib.suppress(InvalidStateError):  # a parallel step failed first, or the caller gave up
-            self.future.set_exception(wrapped)
+            self.future.set_exception(_step_error(self.scheduler, index, error))
 
     def _finish(self) -> None:
         missing = [name for name in self.scheduler.outputs if name not in self.tensors]
@@ -311,3 +495,39 @@ def _answer_carried(runs: list[_EnsembleRun], index: int, rows: tuple[int, ...],
         start += count
         run._step_answered(index, InferResponse(response.model_name, response.model_version, outputs,
                                                 run.request.request_id))
+
+
+class _ChainRun:
+    """One ensemble request on the chain's road: its request, future and tensors so far."""
+
+    __slots__ = ("counted", "future", "request", "rows", "tensors")
+
+    def __init__(self, request: InferRequest, future: Future, batching: bool) -> None:
+        self.request = request
+        self.future = future
+        self.tensors: dict[str, np.ndarray] = dict(request.inputs)
+        self.rows = request.batch_size(batching)  # what the ensemble's statistics count
+        self.counted = False
+
+
+def _step_error(scheduler: EnsembleScheduler, index: int, error: BaseException) -> BaseException:
+    """``error`` of step ``index`` as the ensemble request's: its class kept (so its status maps
+    the same), the step named."""
+    step = scheduler.steps[index]
+    message = f"in ensemble '{scheduler.name}', step {index} ('{step.model_name}'): {error}"
+    try:
+        return type(error)(message) if isinstance(error, TritonNBError) else InternalError(message)
+    except TypeError:
+        return InternalError(message)
+
+
+def _outputs_or_error(future: Future) -> _Answer:
+    error = future.exception()
+    return error if error is not None else future.result().outputs
+
+
+def _by_priority_and_timeout(runs: list[_ChainRun]) -> list[list[_ChainRun]]:
+    groups: dict[tuple[int, int], list[_ChainRun]] = {}
+    for run in runs:
+        groups.setdefault((run.request.priority, run.request.timeout_microseconds), []).append(run)
+    return list(groups.values())

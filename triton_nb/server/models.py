@@ -83,6 +83,7 @@ class _Version:
     inputs: dict[str, _TensorSpec] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
     outputs: frozenset[str] = frozenset()
+    conforming: dict[tuple, tuple[int, tuple[str, ...]]] = field(default_factory=dict)  # see checks._conforms
 
     def __post_init__(self) -> None:
         self.inputs = {t.name: _TensorSpec.of(t) for t in self.config.input}
@@ -350,10 +351,15 @@ class ModelManager:
             config = override
         else:
             config = config_from_json(override, source=f"model '{name}' config override")
-        if config.backend == "python" and not (config.input and config.output):
+        if config.backend and not (config.input and config.output):
+            # A Python model's auto_complete_config, and, as in Triton, a Python-based backend's
+            # (its model.py in the backend directory runs for the model)
+            code_dir = None if config.backend == "python" else resolve_backend(
+                config.backend, model=name, backend_directory=self.backend_directory).folder
             versions = sorted(int(p.name) for p in source.iterdir() if p.is_dir() and p.name.isdigit())
-            if versions:  # run where the instances will run: a model's own process has its own imports
-                config = python_auto_complete(config, source / str(versions[-1]), source,
+            if versions and (config.backend == "python" or code_dir is not None):
+                # run where the instances will run: a model's own process has its own imports
+                config = python_auto_complete(config, source / str(versions[-1]), source, code_dir=code_dir,
                                               python_instances=self.instance_options.python_instances)
         effective = effective_config(config, name, gpu_available=_gpu_available())
         checked = check_model_config(effective, name)

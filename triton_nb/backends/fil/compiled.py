@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -48,6 +48,8 @@ from triton_nb.backends.fil.loading import _LoadedModel
 # Compilation. -O1: on tl2cgen's deeply nested if-else code it compiles twice as fast as -O3 and
 # the code runs as fast or faster (measured: 200 trees of depth 8, gcc 12).
 _COMPILE_FLAGS = ("-O1", "-fPIC", "-std=c99")
+#: Batches up to this many rows run the compiled model with the GIL held (see the predict below).
+HOLD_GIL_MAX_ROWS = 64
 _TREES_PER_UNIT = 8  # translation units of ~8 trees compile fastest in parallel
 _MAX_UNITS = 64
 _POLL_S = 0.02
@@ -390,18 +392,27 @@ class _CompiledLibrary:
         self._lib.get_num_feature.restype = ctypes.c_int32
         self.num_outputs = int(self._lib.triton_nb_num_outputs())
         self.num_feature = int(self._lib.get_num_feature())
-        fn = self._lib.triton_nb_predict
+        # Two handles on one entry point: CDLL releases the GIL for the call, PyDLL keeps it.
+        self._predict, self._predict_holding_gil = (
+            self._entry(library) for library in (self._lib, ctypes.PyDLL(str(path))))
+
+    @staticmethod
+    def _entry(library: ctypes.CDLL) -> Callable[..., int]:
+        fn = library.triton_nb_predict
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
         fn.restype = ctypes.c_int
-        self._predict = fn  # ctypes releases the GIL for the call
+        return fn
 
     def candidate(self, threads: int) -> _Candidate:
-        fn = self._predict
+        releasing, holding = self._predict, self._predict_holding_gil
         num_outputs = self.num_outputs
 
         def predict(x: np.ndarray) -> np.ndarray:
             rows = x.shape[0]
             out = np.empty((rows, num_outputs), dtype=np.float32)
+            # A small batch keeps the GIL: its call is over in microseconds, while taking the GIL
+            # back from the threads that grabbed it meanwhile can take a switch interval (5 ms).
+            fn = holding if rows <= HOLD_GIL_MAX_ROWS else releasing
             if fn(x.ctypes.data, rows, x.shape[1], threads, out.ctypes.data) != 0:
                 raise MemoryError("the compiled tree model could not allocate its work buffer")
             return out
