@@ -15,6 +15,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +41,10 @@ if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
 __all__ = ["InProcessClient", "InferResult"]
+
+
+_ARRAYS = frozenset({np.ndarray})
+_DTYPE_KIND = attrgetter("dtype.kind")
 
 
 class InferResult:
@@ -153,7 +158,8 @@ class InProcessClient:
         elif isinstance(inputs, Mapping):
             arrays = dict(inputs)
             # Only text given as unicode needs the config (to become BYTES); numpy arrays pass as they are.
-            if any(not isinstance(v, np.ndarray) or v.dtype.kind == "U" for v in arrays.values()):
+            values = arrays.values()  # (checked with C-level loops: this runs for every request)
+            if not {*map(type, values)} <= _ARRAYS or "U" in {*map(_DTYPE_KIND, values)}:
                 config = self._server.input_config(model_name, version)
                 arrays = {name: self._array(config, name, value) for name, value in arrays.items()}
         else:

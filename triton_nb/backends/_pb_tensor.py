@@ -128,10 +128,13 @@ class Tensor:
         """An input tensor around a server array, without checks or copies."""
         tensor = cls.__new__(cls)
         tensor._name = name
-        if array.dtype.kind in "SU":
-            array = _as_bytes_array(array)
+        code = _TYPE_CODES.get(array.dtype)  # the common case: one look-up
+        if code is None:
+            if array.dtype.kind in "SU":
+                array = _as_bytes_array(array)
+            code = _type_code(array.dtype) or _BYTES
         tensor._array = array
-        tensor._dtype = _type_code(array.dtype) or _BYTES
+        tensor._dtype = code
         return tensor
 
     def name(self) -> str:

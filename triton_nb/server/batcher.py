@@ -162,11 +162,25 @@ class SchedulerSettings:
         )
 
     def policy(self, level: int) -> QueuePolicy:
-        return dict(self.priority_queue_policy).get(level, self.default_queue_policy)
+        return self._policies.get(level, self.default_queue_policy)
 
     def targets(self) -> tuple[int, ...]:
         """Batch sizes that leave at once: the preferred sizes, else max_batch_size."""
+        return self._targets
+
+    # Read per request: worked out once per settings object (a live update makes a new one).
+    @functools.cached_property
+    def _policies(self) -> dict[int, QueuePolicy]:
+        return dict(self.priority_queue_policy)
+
+    @functools.cached_property
+    def _targets(self) -> tuple[int, ...]:
         return self.preferred_batch_size or ((self.max_batch_size,) if self.max_batch_size > 0 else (1,))
+
+    @functools.cached_property
+    def smallest_target(self) -> int:
+        """The smallest batch size that leaves at once."""
+        return min(self._targets)
 
 
 @dataclass
@@ -350,7 +364,7 @@ class Scheduler:
             # switch per request under load.
             if (was_empty or deadline or not settings.dynamic_batching or settings.max_batch_size == 0
                     or (head is not None and head.shapes != shapes)
-                    or self._queued_rows >= min(settings.targets())):
+                    or self._queued_rows >= settings.smallest_target):
                 self._cond.notify_all()
 
     def _head(self) -> _Pending | None:
