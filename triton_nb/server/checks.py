@@ -14,7 +14,6 @@ per-version record satisfies it), never change the request, and raise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,7 +51,6 @@ class CheckedVersion(Protocol):
     inputs: dict[str, _TensorSpec]  # by name, in config order
     required: frozenset[str]  # the inputs that are not optional
     outputs: frozenset[str]
-    conforming: dict[tuple, tuple[int, tuple[str, ...]]]  # layouts found to conform (see _conforms)
 
 
 def _check_request(target: CheckedVersion, request: InferRequest, live_max_batch_size: int | None = None,
@@ -114,69 +112,37 @@ def _check_request(target: CheckedVersion, request: InferRequest, live_max_batch
 
 
 def _conforms(target: CheckedVersion, request: InferRequest, limit: int, max_string_bytes: int | None) -> bool:
-    """The common case, fast: every input given, numpy arrays of the config's exact datatype and
-    fixed dims, one batch size within the limit, known outputs. False sends the request through
-    the full check, which finds what is wrong and says it in Triton's words. (Every request passes
-    here, twice for a fraud transaction: the ensemble and its first step.)
-
-    A layout — input names, shapes and datatypes — found to conform is remembered per version, so
-    a request laid out as an earlier one costs three tuple builds and a look-up, not a loop in
-    Python over its inputs; the batch-size limit (a live setting), string lengths and requested
-    outputs are checked every time."""
-    inputs = request.inputs
-    values = inputs.values()
-    if not {*map(type, values)} <= _ARRAYS:
-        return False
-    layout = (tuple(inputs), tuple(map(_SHAPE, values)), tuple(map(_DTYPE, values)))
-    known = target.conforming.get(layout)
-    if known is None:
-        known = _layout_conforms(target, inputs)
-        if known is None:
-            return False
-        if len(target.conforming) >= _MAX_LAYOUTS:  # batch sizes vary: remember a bounded number
-            target.conforming.clear()
-        target.conforming[layout] = known
-    rows, strings = known
-    if target.config.max_batch_size > 0 and not 1 <= rows <= limit:
-        return False
-    if max_string_bytes is not None:
-        for tensor_name in strings:
-            _check_string_lengths(target.name, tensor_name, inputs[tensor_name], max_string_bytes)
-    requested = request.requested_outputs
-    return not requested or all(output in target.outputs for output in requested)
-
-
-_ARRAYS = frozenset({np.ndarray})
-_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
-_MAX_LAYOUTS = 256
-
-
-def _layout_conforms(target: CheckedVersion, inputs: dict[str, np.ndarray]) -> tuple[int, tuple[str, ...]] | None:
-    """For arrays that all conform (names, datatypes, dims, one batch size): their rows (1 without
-    batching) and the names of the BYTES inputs among them; else None."""
+    """The common case in one tight loop: every input given, numpy arrays of the config's exact
+    datatype and fixed dims, one batch size within the limit, known outputs. False sends the
+    request through the full check, which finds what is wrong and says it in Triton's words.
+    (Every request passes here, three times for a fraud transaction: ensemble and two steps.)"""
     specs = target.inputs
+    inputs = request.inputs
     if len(inputs) != len(specs):
-        return None
+        return False
     batching = target.config.max_batch_size > 0
     rows = -1
-    strings = []
     for tensor_name, array in inputs.items():
         spec = specs.get(tensor_name)
-        if spec is None or (array.dtype is not spec.dtype and array.dtype != spec.dtype):
-            return None
+        if spec is None or type(array) is not np.ndarray or (array.dtype is not spec.dtype
+                                                             and array.dtype != spec.dtype):
+            return False
         shape = array.shape
         if batching:
-            if not shape or shape[1:] != spec.dims:
-                return None
+            if shape[1:] != spec.dims or not shape:
+                return False
             if shape[0] != rows:
                 if rows != -1:
-                    return None
+                    return False
                 rows = shape[0]
         elif shape != spec.dims:
-            return None
-        if spec.strings:
-            strings.append(tensor_name)
-    return (rows if batching else 1), tuple(strings)
+            return False
+        if spec.strings and max_string_bytes is not None:
+            _check_string_lengths(target.name, tensor_name, array, max_string_bytes)
+    if batching and not 1 <= rows <= limit:
+        return False
+    requested = request.requested_outputs
+    return not requested or all(output in target.outputs for output in requested)
 
 
 def _check_string_lengths(model: str, tensor: str, array: np.ndarray, limit: int) -> None:

@@ -83,7 +83,6 @@ class _Version:
     inputs: dict[str, _TensorSpec] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
     outputs: frozenset[str] = frozenset()
-    conforming: dict[tuple, tuple[int, tuple[str, ...]]] = field(default_factory=dict)  # see checks._conforms
 
     def __post_init__(self) -> None:
         self.inputs = {t.name: _TensorSpec.of(t) for t in self.config.input}
