@@ -81,18 +81,19 @@ served_request = InferenceRequest._from_server
 def server_response(request: InferRequest, response: InferenceResponse, model_name: str,
                     model_version: int) -> InferResponse:
     """A pb_utils response as the server's InferResponse (BYTES as object arrays of bytes)."""
+    # (the response's fields read directly: this runs for every request)
     out = InferResponse(model_name=model_name, model_version=model_version, request_id=request.request_id)
-    parameters = response.parameters()
+    parameters = response._parameters
     if parameters != "{}":  # most responses have none: skip the JSON round trip
         with contextlib.suppress(ValueError, TypeError):
             out.parameters = json.loads(parameters)
-    error = response.error()
+    error = response._error
     if error is not None:
         # the model's own words reach the client unchanged, as in Triton
         out.error = error_class(error.code())(error.message())
         return out
     wanted = request.requested_outputs
-    out.outputs = {tensor._name: tensor._server_array() for tensor in response.output_tensors()
+    out.outputs = {tensor._name: tensor._server_array() for tensor in response._tensors
                    if wanted is None or tensor._name in wanted}
     return out
 

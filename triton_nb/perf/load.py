@@ -27,7 +27,9 @@ completions carry each request's and response's bytes on the wire; in-process on
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import os
 import queue
 import random
@@ -97,19 +99,20 @@ def _sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> dict
 
 
 class _Recorder:
-    """Completions from many threads, handed over in one piece."""
+    """Completions from many threads, handed over in one piece.
+
+    A deque's appends and pops are atomic: recording takes no lock (it runs once per request),
+    and taking pops what is there, leaving any appended meanwhile for the next take."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: list[tuple[int, int, bool]] = []
+        self._records: collections.deque[tuple[int, int, bool]] = collections.deque()
 
     def add(self, started: int, finished: int, ok: bool) -> None:
-        with self._lock:
-            self._records.append((started, finished, ok))
+        self._records.append((started, finished, ok))
 
     def take(self) -> Completions:
-        with self._lock:
-            records, self._records = self._records, []
+        pop = self._records.popleft
+        records = [pop() for _ in range(len(self._records))]  # those there now; later ones wait
         if not records:
             return Completions()
         array = np.array(records, dtype=np.int64)
@@ -143,7 +146,10 @@ class InProcessLoad:
         self._threads: list[threading.Thread] = []
         self._in_flight = threading.Semaphore(10_000)  # an open loop never queues without bound
         self._outstanding = 0  # closed loop: requests sent and not yet answered
-        self._outstanding_changed = threading.Condition()
+        # per request the counter is taken under the bare lock (cheaper than the condition's own
+        # methods); the condition is notified only once stop() waits on it
+        self._outstanding_lock = threading.Lock()
+        self._outstanding_changed = threading.Condition(self._outstanding_lock)
         self._submitting = threading.local()  # a trampoline, so answers that come at once do not recurse
         self._streams = concurrency or (sequences.num_of_sequences if sequences else 1)
         self._plan = sequences.plan(self._streams, seed) if sequences else None
@@ -186,7 +192,7 @@ class InProcessLoad:
         self._submitting.queued = pending = [index]
         try:
             while pending:
-                with self._outstanding_changed:
+                with self._outstanding_lock:
                     # counted before the request is made, under the lock stop() sets the flag with:
                     # once stop() saw none outstanding, no request (nor sequence step) slips past it
                     if self._stopping.is_set():
@@ -203,7 +209,7 @@ class InProcessLoad:
                     if following is not None:
                         self._after_refusal(following)
                     continue
-                future.add_done_callback(lambda f, s=started, i=index: self._chained_done(s, i, f))
+                future.add_done_callback(functools.partial(self._chained_done, started, index))
         finally:
             self._submitting.queued = None
 
@@ -239,9 +245,10 @@ class InProcessLoad:
             self._send(index)
 
     def _settle(self) -> None:
-        with self._outstanding_changed:
+        with self._outstanding_lock:
             self._outstanding -= 1
-            self._outstanding_changed.notify_all()
+            if self._stopping.is_set():  # only stop() waits for the count to change
+                self._outstanding_changed.notify_all()
 
     def _chained_done(self, started: int, index: int, future: Any) -> None:
         ok = not future.cancelled() and future.exception() is None

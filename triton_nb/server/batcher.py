@@ -228,7 +228,11 @@ class Scheduler:
         self._settings = settings
         self._run_batch = run_batch
         self._clock_ns = clock_ns
-        self._cond = threading.Condition()
+        # _cond's lock, reentrant as the condition's default is (a request failed under it may have
+        # a callback that sends the next one here); enqueue takes it bare: the condition's own
+        # __enter__ and __exit__ are Python calls, per request
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._former: _Worker | None = None  # the worker whose turn it is to form a batch
         self._queues: dict[int, deque[_Pending]] = {}
         self._delayed: deque[_Pending] = deque()
@@ -334,7 +338,7 @@ class Scheduler:
                 self._signature_of[key] = (rows, shapes)
         else:
             rows, shapes = found
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise UnavailableError(f"model '{self.model_name}' is unloading; request not accepted")
             level = self._level(request, settings)
@@ -602,11 +606,13 @@ class Scheduler:
         self._count_failures(failures, "BACKEND", finished_ns)
         self._count_failures(canceled, "CANCELED", finished_ns)
         for pending, answer, succeeded in answers:
-            with contextlib.suppress(InvalidStateError):  # its caller gave up just now
+            try:  # (not contextlib.suppress: this runs for every request)
                 if succeeded:
                     pending.future.set_result(answer)
                 else:
                     pending.future.set_exception(answer)
+            except InvalidStateError:  # its caller gave up just now
+                pass
 
     def _count_failures(self, batch: list[_Pending], reason: str, now_ns: int | None = None) -> None:
         if self._stats is None or not batch:

@@ -148,7 +148,8 @@ def _run_batch(version: ServedVersion, backend: Backend, requests: list[InferReq
               "compute_output": finished - after_infer}
     for request in requests:
         request.timing.update(timing)
-    rows = sum(r.batch_size(version.batching) for r in requests)
+    batching = version.batching
+    rows = sum(r.batch_size(batching) for r in requests)
     version.stats.record_execution(batch_rows=rows, compute_input_ns=timing["compute_input"],
                                    compute_infer_ns=timing["compute_infer"],
                                    compute_output_ns=timing["compute_output"])
