@@ -320,24 +320,16 @@ class Scheduler:
         inputs = request.inputs
         # The signature of the last requests with these input names and shapes (nearly all of
         # them, under load): a look-up, not a sort of (name, dims) pairs per request.
-        try:
-            key = (batching, tuple(inputs), tuple(map(_shape, inputs.values())))
-        except AttributeError:  # not arrays: the checks let only arrays through, but never mind
-            key = None
-        found = self._signature_of.get(key) if key is not None else None
+        key = (batching, tuple(inputs), tuple(map(_shape, inputs.values())))
+        found = self._signature_of.get(key)
         if found is None:
+            if len(self._signature_of) >= _MAX_SIGNATURES:  # batch sizes and dims vary: bounded
+                self._signature_of.clear()
+                self._signatures.clear()  # (it grows no faster: a new signature comes with a new key)
             rows, shapes = _signature(request, batching)
             # one tuple per distinct signature, so that forming a batch compares by identity
-            shapes = self._signatures.setdefault(shapes, shapes)
-            if len(self._signatures) > _MAX_SIGNATURES:  # variable dims: do not grow without bound
-                self._signatures.clear()
-                self._signature_of.clear()
-            if key is not None:
-                if len(self._signature_of) >= _MAX_SIGNATURES:  # batch sizes and dims vary: bounded too
-                    self._signature_of.clear()
-                self._signature_of[key] = (rows, shapes)
-        else:
-            rows, shapes = found
+            found = self._signature_of[key] = (rows, self._signatures.setdefault(shapes, shapes))
+        rows, shapes = found
         with self._lock:
             if self._stopping:
                 raise UnavailableError(f"model '{self.model_name}' is unloading; request not accepted")

@@ -113,19 +113,30 @@ class EnsembleScheduler:
             produced.update(tensor for _, tensor in self.plan[ready[0]].outputs)
         return tuple(order) if order else None
 
+    def _defer(self, slot: str, item: object, flush: Callable[[], None]) -> bool:
+        """Inside a batch being answered, keep ``item`` in this thread's list ``slot`` for
+        ``flush``, which runs once the whole batch is answered, and return True; else False."""
+        if not after_batch(flush):
+            return False
+        waiting = getattr(self._deferred, slot, None)
+        if waiting is None:
+            waiting = []
+            setattr(self._deferred, slot, waiting)
+        waiting.append(item)
+        return True
+
+    def _take_deferred(self, slot: str) -> list:
+        waiting = getattr(self._deferred, slot)
+        setattr(self._deferred, slot, [])
+        return waiting
+
     def _submit_step(self, run: _EnsembleRun, index: int, request: InferRequest) -> None:
         """Submit now, or, inside a batch being answered, once that whole batch is answered."""
-        if self._carry is not None:
-            waiting = getattr(self._deferred, "steps", None)
-            if waiting is None:
-                waiting = self._deferred.steps = []
-            if after_batch(self._submit_deferred):
-                waiting.append((run, index, request))
-                return
-        run._submit_one(index, request)
+        if self._carry is None or not self._defer("steps", (run, index, request), self._submit_deferred):
+            run._submit_one(index, request)
 
     def _submit_deferred(self) -> None:
-        waiting, self._deferred.steps = self._deferred.steps, []
+        waiting = self._take_deferred("steps")
         groups: dict[tuple[int, int, int], list[tuple[_EnsembleRun, InferRequest]]] = {}
         for run, index, request in waiting:
             groups.setdefault((index, request.priority, request.timeout_microseconds), []).append((run, request))
@@ -148,10 +159,7 @@ class EnsembleScheduler:
             for run, request in group:
                 run._submit_one(index, request)
             return
-        carried = InferRequest(
-            model_name=first.model_name, model_version=first.model_version, inputs=inputs,
-            requested_outputs=first.requested_outputs, request_id=first.request_id, priority=first.priority,
-            timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
+        carried = _carried_request(self.plan[index], first, inputs, rows)
         runs = [run for run, _ in group]
         try:
             future = self._submit(carried)
@@ -175,17 +183,11 @@ class EnsembleScheduler:
     def _chain_start(self, run: _ChainRun) -> None:
         """Submit the first step; inside a batch being answered (a caller resubmitting from its
         done-callback), once that batch is answered, together with the others it started."""
-        if after_batch(self._chain_start_deferred):
-            waiting = getattr(self._deferred, "chain_starts", None)
-            if waiting is None:
-                waiting = self._deferred.chain_starts = []
-            waiting.append(run)
-            return
-        self._chain_send(0, [run])
+        if not self._defer("chain_starts", run, self._chain_start_deferred):
+            self._chain_send(0, [run])
 
     def _chain_start_deferred(self) -> None:
-        waiting, self._deferred.chain_starts = self._deferred.chain_starts, []
-        for group in _by_priority_and_timeout(waiting):
+        for group in _by_priority_and_timeout(self._take_deferred("chain_starts")):
             self._chain_send(0, group)
 
     def _chain_send(self, position: int, runs: list[_ChainRun]) -> None:
@@ -203,11 +205,7 @@ class EnsembleScheduler:
                 except ValueError:  # shapes that cannot join: one by one, as the batcher would
                     pass
                 else:
-                    first = runs[0].request
-                    carried = InferRequest(
-                        model_name=step.model_name, model_version=step.model_version, inputs=inputs,
-                        requested_outputs=list(step.requested), request_id=first.request_id, priority=first.priority,
-                        timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
+                    carried = _carried_request(step, runs[0].request, inputs, rows)
                     try:
                         future = self._submit(carried)
                     except Exception as exc:  # refused at once: each fails as it would alone
@@ -232,18 +230,12 @@ class EnsembleScheduler:
 
     def _chain_one_done(self, position: int, run: _ChainRun, future: Future) -> None:
         # Inside the step's batch being answered: taken up with the rest of the batch after it
-        if after_batch(self._chain_answered_deferred):
-            waiting = getattr(self._deferred, "chain_answers", None)
-            if waiting is None:
-                waiting = self._deferred.chain_answers = []
-            waiting.append((position, run, future))
-            return
-        self._chain_advance(position, [(run, _outputs_or_error(future))])
+        if not self._defer("chain_answers", (position, run, future), self._chain_answered_deferred):
+            self._chain_advance(position, [(run, _outputs_or_error(future))])
 
     def _chain_answered_deferred(self) -> None:
-        waiting, self._deferred.chain_answers = self._deferred.chain_answers, []
         groups: dict[tuple[int, int, int], list[tuple[_ChainRun, _Answer]]] = {}
-        for position, run, future in waiting:
+        for position, run, future in self._take_deferred("chain_answers"):
             key = (position, run.request.priority, run.request.timeout_microseconds)
             groups.setdefault(key, []).append((run, _outputs_or_error(future)))
         for (position, _, _), items in groups.items():
@@ -274,8 +266,7 @@ class EnsembleScheduler:
                 continue
             missing = next((output for output, _ in step.outputs if output not in outputs), None)
             if missing is not None:
-                self._chain_fail(run, index, InternalError(
-                    f"ensemble '{self.name}': step {index} ('{step.model_name}') gave no output '{missing}'"))
+                self._chain_fail(run, index, _no_output_error(self, index, missing))
                 continue
             if run.future.cancelled():  # the caller gave up: what still runs is left to finish
                 self._chain_count(run, False, "CANCELED")
@@ -297,13 +288,9 @@ class EnsembleScheduler:
             if missing:
                 self._chain_count(run, False)
                 with contextlib.suppress(InvalidStateError):
-                    run.future.set_exception(InternalError(f"ensemble '{self.name}' produced no {', '.join(missing)}"))
+                    run.future.set_exception(_no_outputs_error(self, missing))
                 continue
-            wanted = run.request.requested_outputs or self.outputs
-            answers.append((run, InferResponse(
-                model_name=self.name, model_version=self.version, outputs={name: run.tensors[name] for name in wanted},
-                request_id=run.request.request_id,
-                parameters={"sequence_id": 0, "sequence_start": False, "sequence_end": False})))
+            answers.append((run, _response(self, run.request, run.tensors)))
         # counted in one call, before any caller has its answer (as _EnsembleRun._count)
         if self.stats is not None and answers:
             finished_ns = time.monotonic_ns()
@@ -433,10 +420,8 @@ class _EnsembleRun:
         with self.lock:
             for output, tensor in step.outputs:
                 if output not in response.outputs:
-                    missing = InternalError(f"ensemble '{self.scheduler.name}': step {index} "
-                                            f"('{step.model_name}') gave no output '{output}'")
                     self.running -= 1
-                    self._fail(index, missing)
+                    self._fail(index, _no_output_error(self.scheduler, index, output))
                     return
                 if tensor not in self.tensors:
                     self._produced(tensor)
@@ -459,28 +444,14 @@ class _EnsembleRun:
         if missing:
             self._count(False)
             with contextlib.suppress(InvalidStateError):
-                self.future.set_exception(InternalError(
-                    f"ensemble '{self.scheduler.name}' produced no {', '.join(missing)}"))
+                self.future.set_exception(_no_outputs_error(self.scheduler, missing))
             return
-        wanted = self.request.requested_outputs or self.scheduler.outputs
         if self.future.cancelled():
             self._count(False, "CANCELED")
             return
         self._count(True)
         with contextlib.suppress(InvalidStateError):  # the caller gave up just now
-            self.future.set_result(InferResponse(
-                model_name=self.scheduler.name,
-                model_version=self.scheduler.version,
-                outputs={name: self.tensors[name] for name in wanted},
-                request_id=self.request.request_id,
-                parameters=self._sequence_parameters(),
-            ))
-
-    def _sequence_parameters(self) -> dict[str, object]:
-        # Triton's ensemble answers with the request's sequence parameters (0 and false outside a sequence)
-        given = self.request.parameters
-        return {"sequence_id": given.get("sequence_id", 0), "sequence_start": bool(given.get("sequence_start", False)),
-                "sequence_end": bool(given.get("sequence_end", False))}
+            self.future.set_result(_response(self.scheduler, self.request, self.tensors))
 
 
 def _answer_carried(runs: list[_EnsembleRun], index: int, rows: tuple[int, ...], future: Future) -> None:
@@ -521,6 +492,38 @@ def _step_error(scheduler: EnsembleScheduler, index: int, error: BaseException) 
         return type(error)(message) if isinstance(error, TritonNBError) else InternalError(message)
     except TypeError:
         return InternalError(message)
+
+
+def _no_output_error(scheduler: EnsembleScheduler, index: int, output: str) -> InternalError:
+    step = scheduler.plan[index]
+    return InternalError(f"ensemble '{scheduler.name}': step {index} ('{step.model_name}') gave no output '{output}'")
+
+
+def _no_outputs_error(scheduler: EnsembleScheduler, missing: list[str]) -> InternalError:
+    return InternalError(f"ensemble '{scheduler.name}' produced no {', '.join(missing)}")
+
+
+def _response(scheduler: EnsembleScheduler, request: InferRequest, tensors: dict[str, np.ndarray]) -> InferResponse:
+    """The ensemble's answer to ``request``: the outputs it asked for (all by default) and, as
+    Triton's ensemble answers, the request's sequence parameters (0 and false outside a sequence)."""
+    given = request.parameters
+    return InferResponse(
+        model_name=scheduler.name, model_version=scheduler.version,
+        outputs={name: tensors[name] for name in request.requested_outputs or scheduler.outputs},
+        request_id=request.request_id,
+        parameters={"sequence_id": given.get("sequence_id", 0),
+                    "sequence_start": bool(given.get("sequence_start", False)),
+                    "sequence_end": bool(given.get("sequence_end", False))})
+
+
+def _carried_request(step: _Step, first: InferRequest, inputs: dict[str, np.ndarray],
+                     rows: tuple[int, ...]) -> InferRequest:
+    """Step ``step``'s one request carrying several ensemble requests' ``rows`` (joined ``inputs``),
+    with the first one's id, priority and timeout (the requests carried together share the last two)."""
+    return InferRequest(
+        model_name=step.model_name, model_version=step.model_version, inputs=inputs,
+        requested_outputs=list(step.requested), request_id=first.request_id, priority=first.priority,
+        timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
 
 
 def _outputs_or_error(future: Future) -> _Answer:

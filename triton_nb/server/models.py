@@ -350,11 +350,13 @@ class ModelManager:
             config = override
         else:
             config = config_from_json(override, source=f"model '{name}' config override")
+        found = None  # the backend, when auto-complete needed it first
         if config.backend and not (config.input and config.output):
             # A Python model's auto_complete_config, and, as in Triton, a Python-based backend's
             # (its model.py in the backend directory runs for the model)
-            code_dir = None if config.backend == "python" else resolve_backend(
-                config.backend, model=name, backend_directory=self.backend_directory).folder
+            if config.backend != "python":
+                found = resolve_backend(config.backend, model=name, backend_directory=self.backend_directory)
+            code_dir = found.folder if found is not None else None
             versions = sorted(int(p.name) for p in source.iterdir() if p.is_dir() and p.name.isdigit())
             if versions and (config.backend == "python" or code_dir is not None):
                 # run where the instances will run: a model's own process has its own imports
@@ -368,7 +370,8 @@ class ModelManager:
         if not is_ensemble(effective):
             # found now, or the load fails naming what was searched; found, the config check's
             # "not built in" warning (all validate can say without a server) has nothing to add
-            found = resolve_backend(effective.backend, model=name, backend_directory=self.backend_directory)
+            if found is None or effective.backend != config.backend:
+                found = resolve_backend(effective.backend, model=name, backend_directory=self.backend_directory)
             if found.source != "built-in":
                 checked = [p for p in checked if p.field != "backend"]
             if found.folder is not None and not effective.runtime:
