@@ -179,26 +179,32 @@ class InProcessLoad:
         thread.start()
         self._threads.append(thread)
 
-    def _send(self, index: int) -> None:
+    def _send(self, index: int, counted: bool = False) -> None:
         """Send request ``index`` of one closed-loop slot (or sequence); its answer sends the next one.
+        ``counted``: the request takes over the outstanding count of the one it follows.
 
         Runs on the thread that completed the previous request (a model's worker, usually). A
         request answered before its callback is attached would run the callback here, inside
         this call: those are queued on the thread and sent by the outermost call instead."""
         queued = getattr(self._submitting, "queued", None)
         if queued is not None:
-            queued.append(index)
+            queued.append((index, counted))
             return
-        self._submitting.queued = pending = [index]
+        self._submitting.queued = pending = [(index, counted)]
         try:
             while pending:
+                index, counted = pending.pop()
                 with self._outstanding_lock:
                     # counted before the request is made, under the lock stop() sets the flag with:
                     # once stop() saw none outstanding, no request (nor sequence step) slips past it
                     if self._stopping.is_set():
+                        dropped = counted + sum(taken_over for _, taken_over in pending)
+                        if dropped:
+                            self._outstanding -= dropped
+                            self._outstanding_changed.notify_all()
                         break
-                    self._outstanding += 1
-                index = pending.pop()
+                    if not counted:
+                        self._outstanding += 1
                 started = time.monotonic_ns()
                 try:
                     future = self._server.infer_async(self._request(index))
@@ -253,6 +259,9 @@ class InProcessLoad:
     def _chained_done(self, started: int, index: int, future: Any) -> None:
         ok = not future.cancelled() and future.exception() is None
         self._recorder.add(started, time.monotonic_ns(), ok)
+        if self._concurrency is not None:  # a closed loop's slot goes on, with the answered one's count
+            self._send(index + self._concurrency, counted=True)
+            return
         self._settle()
         following = self._following(index)
         if following is not None:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
@@ -414,13 +415,20 @@ def _measure_level(target: Transport, model: str, requests: list, load_kwargs: d
         snapshots.append(target.statistics())
         for _ in range(max_trials):
             deadline = time.monotonic() + (interval_s * 10 if request_count else interval_s)
+            # the window's completions are joined once it closes, not at every poll: the poll runs
+            # beside the load, and copying all gathered so far would take the GIL from the server
+            parts, answered = [completions], 0
             while time.monotonic() < deadline:
                 time.sleep(_POLL_S)
                 fresh = load.take()
-                completions.extend(fresh.start_ns, fresh.end_ns, fresh.ok, fresh.request_bytes, fresh.response_bytes)
-                if request_count and len(completions.between(begin, time.monotonic_ns())) >= request_count:
-                    break
+                parts.append(fresh)
+                if request_count:
+                    answered += int(np.count_nonzero(fresh.end_ns >= begin))
+                    if answered >= request_count:
+                        break
             end = time.monotonic_ns()
+            parts.append(load.take())  # those answered before the window's end, all of them
+            completions = Completions.joined(parts)
             snapshots.append(target.statistics())
             windows.append(summarize(completions, begin, end, rows_per_request))
             begin = end
