@@ -176,24 +176,43 @@ def deserialize_bytes(model: str, tensor: str, buffer: bytes | memoryview, count
     if count == 1 and len(buffer) >= 4 and _LENGTH.unpack_from(buffer, 0)[0] == len(buffer) - 4:
         values[0] = bytes(buffer[4:])  # the common single-row request, without the loop
         return values
+    data = bytes(buffer)  # (one copy; a slice of bytes is then the element, with no view in between)
+    unpack = _LENGTH.unpack_from
+    items: list[bytes] = []
+    append = items.append
+    offset = 0
+    try:
+        for _ in range(count):  # the loop a well-formed tensor takes; a malformed one is told below
+            (length,) = unpack(data, offset)
+            offset += 4
+            append(data[offset:offset + length])
+            offset += length
+    except struct.error:
+        pass
+    else:
+        if offset == len(data):
+            values[:] = items
+            return values
+    raise _malformed(model, tensor, data, count)
+
+
+def _malformed(model: str, tensor: str, buffer: bytes, count: int) -> InvalidArgumentError:
+    """What is wrong with BYTES data that the fast loop could not take, in Triton's terms."""
     view = memoryview(buffer)
     offset = 0
     end = len(view)
     for i in range(count):
         if offset + 4 > end:
-            raise InvalidArgumentError(
+            return InvalidArgumentError(
                 f"model '{model}': BYTES input '{tensor}' holds fewer than the {count} elements its shape needs")
         (length,) = _LENGTH.unpack_from(view, offset)
         offset += 4
         if offset + length > end:
-            raise InvalidArgumentError(
+            return InvalidArgumentError(
                 f"model '{model}': BYTES input '{tensor}' element {i} says {length} bytes; the data ends before")
-        values[i] = bytes(view[offset:offset + length])
         offset += length
-    if offset != end:
-        raise InvalidArgumentError(
-            f"model '{model}': BYTES input '{tensor}' has {end - offset} bytes left over after {count} elements")
-    return values
+    return InvalidArgumentError(
+        f"model '{model}': BYTES input '{tensor}' has {end - offset} bytes left over after {count} elements")
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:

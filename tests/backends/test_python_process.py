@@ -475,11 +475,15 @@ def test_a_batch_travels_joined_by_name_and_comes_back_per_request():
             for i in range(4)]
     mixed = [{"X": np.ones((1, 3), np.float32)}, {"X": np.ones((2, 4), np.float32)},
              {"X": np.ones((1, 3), np.float64), "EXTRA": np.array(7)}]
+    rows = [{"X": np.arange(n * 3, dtype=np.int32).reshape(n, 3) + n} for n in (1, 3, 1, 2)]  # joined, split by rows
+    missing = [{"X": np.ones((1, 3), np.float32), "Y": np.zeros((1, 1), np.float32)},
+               {"X": np.full((1, 3), 2, np.float32)}]  # Y one each; X joined
     writer, reader = ArenaWriter(f"triton_nb_test_{os.getpid()}"), ArenaReader()
     try:
-        for batch, joined in ((same, True), (mixed, False)):
+        for batch, joined in ((same, True), (mixed, False), (rows, True), (missing, None)):
             tensors, plan = pack_batch(batch)
-            assert all(key.startswith("b:") for key, _ in tensors) is joined  # 2 copies for 4 requests, or 1 each
+            kinds = {key.startswith("b:") for key, _ in tensors}
+            assert kinds == ({True, False} if joined is None else {joined})  # 2 copies for 4 requests, or 1 each
             specs = writer.write(tensors)
             back = unpack_batch(reader.read(writer.name, specs), plan, len(batch))
             for sent, got in zip(batch, back, strict=True):

@@ -19,6 +19,7 @@ import contextlib
 import math
 import mmap
 import os
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -42,18 +43,22 @@ def pack_batch(tensors_per_request: list[dict[str, np.ndarray]]) -> tuple[list[t
     first_names = tensors_per_request[0].keys()
     if all(tensors.keys() == first_names for tensors in tensors_per_request):
         names: Any = first_names  # the usual case: every request has the same inputs
+        same_names = True
     else:
         names = {}
         for tensors in tensors_per_request:
             names.update(dict.fromkeys(tensors))
+        same_names = False
     laid_out: list[tuple[str, np.ndarray]] = []
     plan: list[tuple[str, list[int] | None]] = []
     for name in names:
-        arrays = [tensors.get(name) for tensors in tensors_per_request]
+        # (map with itemgetter: the per-request loop runs in C; it is per name and request)
+        arrays = list(map(itemgetter(name), tensors_per_request)) if same_names else [
+            tensors.get(name) for tensors in tensors_per_request]
         joined = _join(arrays)
         if joined is not None:
             laid_out.append((f"b:{name}", joined))
-            plan.append((name, [a.shape[0] for a in arrays]))  # type: ignore[union-attr]
+            plan.append((name, list(map(len, arrays))))
         else:
             laid_out.extend((f"r{i}:{name}", a) for i, a in enumerate(arrays) if a is not None)
             plan.append((name, None))
@@ -69,12 +74,18 @@ def _join(arrays: list[np.ndarray | None]) -> np.ndarray | None:
         return None
     if len(arrays) == 1:
         return first
-    if any(a is None for a in arrays) or len({a.dtype for a in arrays}) != 1:  # type: ignore[union-attr]
+    try:
+        if len(set(map(_dtype, arrays))) != 1:
+            return None
+    except AttributeError:  # a request without this tensor (``in`` would compare arrays with None)
         return None
     try:
         return np.concatenate(arrays)  # type: ignore[arg-type]
     except ValueError:  # different non-batch shapes (or a scalar among them)
         return None
+
+
+_dtype = attrgetter("dtype")
 
 
 def unpack_batch(read: dict[str, np.ndarray], plan: list, count: int) -> list[dict[str, np.ndarray]]:
@@ -90,6 +101,10 @@ def unpack_batch(read: dict[str, np.ndarray], plan: list, count: int) -> list[di
         whole = read[f"b:{name}"]
         if count == 1:
             out[0][name] = whole
+            continue
+        if len(whole) == count:  # one row each, the usual case: the views in one C loop
+            for tensors, view in zip(out, whole[:, None], strict=True):
+                tensors[name] = view
             continue
         start = 0
         for i, n in enumerate(rows):
