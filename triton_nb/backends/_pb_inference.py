@@ -270,32 +270,42 @@ class InferenceRequest:
         """Wrap a request the server hands to ``execute()`` (inputs are not copied); ``forward``
         passes a decoupled model's responses on (None: the request cannot send any)."""
         self = cls.__new__(cls)
-        params = request.parameters or {}
-        self._inputs = [Tensor._wrap(name, array) for name, array in request.inputs.items()]
-        self._inputs_by_name = {tensor._name: tensor for tensor in self._inputs}  # inputs never change here
+        # (every request of every Python-model batch passes here: only what differs per request is
+        # set; the fields no served request changes at first are the class's defaults below)
+        inputs = self._inputs = [Tensor._wrap(name, array) for name, array in request.inputs.items()]
+        self._inputs_by_name = {tensor._name: tensor for tensor in inputs}  # inputs never change here
         self._request_id = request.request_id
-        sequence_id = params.get("sequence_id", 0)
-        self._correlation_id = sequence_id if isinstance(sequence_id, (int, str)) else 0
         self._requested_output_names = list(request.requested_outputs or output_names)
         self._model_name = request.model_name
         self._model_version = request.model_version
-        flags = 0
-        if params.get("sequence_start"):
-            flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-        if params.get("sequence_end"):
-            flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
-        self._flags = flags
         self._timeout = request.timeout_microseconds
-        user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS} if params else None
-        self._parameters = json.dumps(user, default=str) if user else "{}"
-        self._preferred_memory = None
-        self._trace = InferenceTrace()
+        params = request.parameters
+        if params:
+            sequence_id = params.get("sequence_id", 0)
+            self._correlation_id = sequence_id if isinstance(sequence_id, (int, str)) else 0
+            flags = 0
+            if params.get("sequence_start"):
+                flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+            if params.get("sequence_end"):
+                flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+            self._flags = flags
+            user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}
+            self._parameters = json.dumps(user, default=str) if user else "{}"
         self._server_request = request
         self._decoupled = decoupled
-        self._sender = None
-        self._forward = _cannot_forward if forward is None else forward
-        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        if forward is not None:
+            self._forward = forward
         return self
+
+    # what a served request starts with (``_from_server`` sets only what differs)
+    _correlation_id: int | str = 0
+    _flags = 0
+    _parameters = "{}"
+    _preferred_memory: PreferredMemory | None = None
+    _trace = InferenceTrace()  # stateless: one serves every request
+    _sender: InferenceResponseSender | None = None
+    _forward: Forward = staticmethod(_cannot_forward)  # type: ignore[assignment]
+    _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     # -- what execute() reads ----------------------------------------------------------
     def inputs(self) -> list[Tensor]:

@@ -365,7 +365,11 @@ class Scheduler:
 
     def _head(self) -> _Pending | None:
         """The request a batch would start with (under _cond)."""
-        for level in sorted(self._queues):
+        queues = self._queues
+        if len(queues) == 1 and not self._delayed:  # one priority level, the usual case: no sort
+            for queue in queues.values():
+                return queue[0] if queue else None
+        for level in sorted(queues):
             if self._queues[level]:
                 return self._queues[level][0]
         return self._delayed[0] if self._delayed else None
