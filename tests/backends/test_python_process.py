@@ -238,6 +238,30 @@ def test_a_decoupled_model_streams_from_its_process_over_grpc(served):
     assert counts == [1, 2, 3, 4]
 
 
+def test_a_batch_is_answered_to_the_worker_that_waits_for_it_and_a_decoupled_one_after_its_responses(
+        served, monkeypatch):
+    """A batch's answer is read by the worker that sent the batch, not handed over by the reader
+    thread (one thread hop less per batch); a decoupled model's answer comes on the channel after
+    the responses it sent, so a BLS caller's stream never ends before its responses."""
+    received: list[tuple[str, str]] = []  # (thread, message op), what the server side read
+    real_recv = python_process.Channel.recv
+
+    def recv(self):
+        message = real_recv(self)
+        if message is not None:
+            received.append((threading.current_thread().name, message[0]))
+        return message
+
+    monkeypatch.setattr(python_process.Channel, "recv", recv)
+    served.client().infer("worker", inputs())
+    infer(served, "inprocess", "caller", {"X": np.array([[1.0, 2.0, 3.0]], np.float32)})
+    done_on = {thread for thread, op in received if op == "done"}
+    assert any(thread.startswith("triton-nb-worker-") and not thread.endswith("-stub") for thread in done_on)
+    assert not any(thread.startswith("triton-nb-worker_") and thread.endswith("-stub") for thread in done_on)
+    counter = [op for thread, op in received if thread.startswith("triton-nb-counter_")]
+    assert counter == ["response"] * 3 + ["done"]  # the 3 counts (the last one final), then the batch
+
+
 def test_a_model_error_and_a_raising_batch_are_reported_as_in_threads(served):
     client = served.client()
     with pytest.raises(Exception, match="not this one"):

@@ -1,7 +1,8 @@
 """The process a Python model instance runs in when the server runs Python models as processes.
 
 Started by :class:`triton_nb.backends.python_process.ProcessPythonBackend` as
-``<interpreter> _python_stub.py FD PACKAGE_DIR``: ``FD`` is its end of a Unix socket pair,
+``<interpreter> _python_stub.py FD[,DATA_FD] PACKAGE_DIR``: ``FD`` is its end of a Unix socket pair
+(the channel), ``DATA_FD`` its end of a second one that carries the batches,
 ``PACKAGE_DIR`` the folder of the ``triton_nb`` package whose modules it uses — the Python backend
 itself (:class:`~triton_nb.backends.python.PythonBackend`, ``triton_python_backend_utils``), the
 tensor arena and the channel — without importing the package as a whole: the interpreter may be a
@@ -12,10 +13,11 @@ What it does (Triton's stub process does the same for its model):
 1. receives ``("init", settings)``, creates the instance (``initialize``), answers ``("ready", pid)``
    or ``("init_failed", message)`` — or, started for nothing else, ``("autocomplete", job)``: runs the
    model's ``auto_complete_config`` before the server creates instances, answers and exits;
-2. answers each ``("execute", batch, arena, requests)`` — inputs read from the server's arena —
-   with ``("done", batch, arena, responses)``, outputs written into its own arena, or
-   ``("failed", batch, error)``; a decoupled model's responses go as ``("response", batch, index,
-   response, final)`` whenever the model sends them;
+2. answers each ``("execute", batch, arena, requests)`` (on the data socket) — inputs read from the
+   server's arena — with ``("done", batch, arena, responses)``, outputs written into its own arena,
+   or ``("failed", batch, error)``, on the data socket too; a decoupled model's responses go on the
+   channel as ``("response", batch, index, response, final)`` whenever the model sends them, and
+   its batches are answered on the channel after them, so that nothing overtakes a response;
 3. forwards what the model asks of the server — BLS ``infer`` (and its streamed responses),
    ``is_model_ready``, model loading — as ``("server_call", ...)`` and waits for the answer;
 4. forwards the model's log records (``pb_utils.Logger``) as ``("log", level, message)``;
@@ -171,7 +173,7 @@ def _auto_complete(channel: Any, job: dict[str, Any]) -> int:
 
 
 def main() -> int:
-    fd, package_dir = int(sys.argv[1]), sys.argv[2]
+    fds, package_dir = [int(fd) for fd in sys.argv[1].split(",")], sys.argv[2]
     _bare_packages(package_dir)
     from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
     from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, unpack_batch
@@ -181,7 +183,7 @@ def main() -> int:
     from triton_nb.errors import InternalError, TritonNBError
     from triton_nb.tensors import InferRequest
 
-    channel = Channel(socket.socket(fileno=fd))
+    channel = Channel(socket.socket(fileno=fds[0]))
     message = channel.recv()
     if message is not None and message[0] == "autocomplete":
         return _auto_complete(channel, message[1])
@@ -199,11 +201,14 @@ def main() -> int:
                            version_path=init["version_path"], repository_path=init["repository_path"],
                            instance_name=init["instance_name"], instance_kind=init["instance_kind"],
                            device_id=init["device_id"], server=proxy)
-    # Two threads take turns reading the channel: the one holding ``role`` reads one message and
-    # hands the role over before handling it, so a batch runs on the thread that received it (no
-    # hand-off between threads on the way in) while the other one reads what comes meanwhile — the
-    # answers to the model's BLS calls, which the batch may be waiting for.
-    role = threading.Lock()
+    # Two sockets, a thread each: batches come and go on the data socket, read by the thread that
+    # runs them (no hand-off between threads on the way in), while the channel's thread reads what
+    # comes meanwhile — the answers to the model's BLS calls, which the batch may be waiting for.
+    if len(fds) < 2:
+        return 1
+    data = Channel(socket.socket(fileno=fds[1]))
+    # a decoupled model's answers follow its responses on the channel, in the order they were sent
+    replies = channel if init["settings"].get("decoupled") else data
     state: dict[str, Any] = {"backend": None}
 
     def leave(code: int) -> None:
@@ -217,13 +222,16 @@ def main() -> int:
                 stream.flush()
         os._exit(code)  # the other thread may be waiting in recv(): end the process, not just this thread
 
+    def gone() -> None:  # the server is gone: nothing to answer to
+        proxy.fail_all(InternalError(f"model '{init['name']}': the server closed the connection"))
+        leave(0)
+
     def serve_messages() -> None:
         while True:
-            with role:
-                incoming = channel.recv()
-            if incoming is None:  # the server is gone: nothing to answer to
-                proxy.fail_all(InternalError(f"model '{init['name']}': the server closed the connection"))
-                leave(0)
+            incoming = channel.recv()
+            if incoming is None:
+                gone()
+                return
             op = incoming[0]
             if op == "server_result":
                 call, ok, value = incoming[1:]
@@ -232,7 +240,14 @@ def main() -> int:
                 proxy.stream(*incoming[1:])
             elif op == "finalize":
                 leave(0)
-            elif op == "execute":
+
+    def serve_batches() -> None:
+        while True:
+            incoming = data.recv()
+            if incoming is None:
+                gone()
+                return
+            if incoming[0] == "execute":
                 run_batch(*incoming[1:])
 
     def sender_for(batch: int, index: int) -> Any:
@@ -258,22 +273,22 @@ def main() -> int:
         try:
             responses = backend.execute(requests)
         except TritonNBError as exc:
-            channel.send(("failed", batch, error_to_wire(exc)))
+            replies.send(("failed", batch, error_to_wire(exc)))
             return
         except BaseException as exc:
-            channel.send(("failed", batch, error_to_wire(
+            replies.send(("failed", batch, error_to_wire(
                 InternalError(f"model '{init['name']}': {type(exc).__name__}: {exc}"))))
             return
         if responses is None:
-            channel.send(("done", batch, None, None))
+            replies.send(("done", batch, None, None))
             return
         tensors, plan = pack_batch([response.outputs or {} for response in responses])
         specs = writer.write(tensors)
         answers = [{"error": error_to_wire(response.error), "parameters": response.parameters}
                    for response in responses]
-        channel.send(("done", batch, writer.name, (specs, plan, answers)))
+        replies.send(("done", batch, writer.name, (specs, plan, answers)))
 
-    # the second thread reads while the model initializes (its initialize may call the server)
+    # the channel's thread reads while the model initializes (its initialize may call the server)
     threading.Thread(target=serve_messages, name="triton-nb-stub-channel", daemon=True).start()
     try:
         backend = PythonBackend(context, backend_folder=init["backend_folder"],
@@ -288,7 +303,7 @@ def main() -> int:
     gc.freeze()
     state["backend"] = backend
     channel.send(("ready", os.getpid()))
-    serve_messages()  # never returns: the process ends in leave()
+    serve_batches()  # never returns: the process ends in leave()
     return 0
 
 

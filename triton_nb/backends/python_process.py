@@ -10,10 +10,11 @@ same in both; only the hand-off differs:
 
 * a batch's input tensors are written into this instance's shared-memory arena, its output
   tensors come back in the stub's (:mod:`triton_nb.backends._tensor_arena`); a message on a Unix
-  socket pair (:mod:`triton_nb.backends._process_channel`) carries the rest;
+  socket pair of its own (:mod:`triton_nb.backends._process_channel`) carries the rest, sent and
+  answered on the worker that runs the batch (no reader thread between the answer and its waiter);
 * what the model asks of the server (BLS ``exec``/``async_exec``, also streamed, ``is_model_ready``,
-  model loading) comes back over the channel and runs here; a decoupled model's responses travel
-  as messages whenever it sends them;
+  model loading) comes back over a second socket pair, the channel, read by a thread of its own,
+  and runs here; a decoupled model's responses travel there as messages whenever it sends them;
 * the model's ``pb_utils.Logger`` records reach the server's logger; what it prints to stdout and
   stderr reaches this process's;
 * the process gets this one's environment with ``OMP_WAIT_POLICY=PASSIVE`` unless it is set: an
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,11 +82,13 @@ def _stub_env(env: dict[str, str] | None) -> dict[str, str]:
     return environment
 
 
-def _start_stub(interpreter: str, theirs: socket.socket, env: dict[str, str], **streams: Any) -> subprocess.Popen:
-    """The stub process on its end of the socket pair; its own session, so a Ctrl-C in a terminal
-    reaches the server only."""
-    return subprocess.Popen([interpreter, "-c", _BOOTSTRAP, _python_stub.__file__, str(theirs.fileno()), _PACKAGE_DIR],
-                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+def _start_stub(interpreter: str, theirs: socket.socket, env: dict[str, str], data: socket.socket | None = None,
+                **streams: Any) -> subprocess.Popen:
+    """The stub process on its end of the socket pair (and of the batches' pair, ``data``); its
+    own session, so a Ctrl-C in a terminal reaches the server only."""
+    fds = (theirs.fileno(),) if data is None else (theirs.fileno(), data.fileno())
+    return subprocess.Popen([interpreter, "-c", _BOOTSTRAP, _python_stub.__file__, ",".join(map(str, fds)),
+                             _PACKAGE_DIR], pass_fds=fds, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                             **streams)
 
 
@@ -97,20 +100,32 @@ class _Batch:
 
 
 class _Stub:
-    """One running stub process with its channel and reader threads."""
+    """One running stub process with its channels and reader threads.
+
+    Two socket pairs: ``data`` carries the batches and their answers, read by the instance's worker
+    that sent the batch (the answer reaches the thread that waits for it, with no hand-off from a
+    reader thread); ``channel`` carries the rest (the model's log, metrics, BLS calls, decoupled
+    responses, start and finalize), read by the reader thread, which also sees the process end. A
+    decoupled model's batches are answered on ``channel``, after the responses they sent, so that
+    their order holds (a BLS caller's stream ends with the batch's answer)."""
 
     def __init__(self, owner: ProcessPythonBackend, interpreter: str, env: dict[str, str] | None) -> None:
         self.owner = owner
         ours, theirs = socket.socketpair()
+        data_ours, data_theirs = socket.socketpair()
         try:
-            self.process = _start_stub(interpreter, theirs, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.process = _start_stub(interpreter, theirs, env, data_theirs, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
         except OSError as exc:
             ours.close()
+            data_ours.close()
             raise InternalError(f"model '{owner.name}': cannot start a Python process with {interpreter}: "
                                 f"{exc}") from exc
         finally:
             theirs.close()
+            data_theirs.close()
         self.channel = Channel(ours)
+        self.data = Channel(data_ours)
         self.arena_prefix = f"triton_nb_{self.process.pid}_{uuid.uuid4().hex[:8]}"
         self.ready: Future = Future()
         self.finalized = threading.Event()
@@ -125,7 +140,7 @@ class _Stub:
     def _dispatch(self, message: tuple) -> None:
         owner = self.owner
         op = message[0]
-        if op == "done":
+        if op == "done":  # a decoupled model's batch: answered on the channel, after its responses
             owner._finish(message[1], (message[2], message[3]))
         elif op == "failed":
             owner._finish(message[1], error_from_wire(message[2]))
@@ -193,6 +208,7 @@ class ProcessPythonBackend(Backend):
         self._interpreter = interpreter or sys.executable
         self._env = _stub_env(env)
         self._lock = threading.Lock()  # starting a stub and registering a batch
+        self._data_lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}
         self._ids = itertools.count(1)
         self._arena: ArenaWriter | None = None
@@ -240,7 +256,7 @@ class ProcessPythonBackend(Backend):
             for batch_id in batches:
                 del self._batches[batch_id]
         for batch_id, batch in batches.items():
-            if not batch.future.done():
+            with contextlib.suppress(InvalidStateError):  # (its answer may have come just before)
                 batch.future.set_exception(error)
             for index in list(batch.senders):
                 self._respond(batch_id, index, None, True, batch=batch, error=error)
@@ -266,9 +282,7 @@ class ProcessPythonBackend(Backend):
                       "timeout_microseconds": r.timeout_microseconds, "stream": r.response_sender is not None}
                      for r in requests]
             arena = self._arena.name
-        with contextlib.suppress(OSError):  # the stub is gone: its reader fails the batch
-            stub.channel.send(("execute", batch_id, arena, specs, plan, metas))
-        outcome = batch.future.result()
+        outcome = self._run_batch(stub, batch_id, batch, ("execute", batch_id, arena, specs, plan, metas))
         if not self.decoupled:
             with self._lock:
                 self._batches.pop(batch_id, None)
@@ -285,13 +299,34 @@ class ProcessPythonBackend(Backend):
                               error=error_from_wire(answer["error"]))
                 for request, answer, tensors in zip(requests, answers, outputs, strict=True)]
 
+    def _run_batch(self, stub: _Stub, batch_id: int, batch: _Batch, message: tuple) -> Any:
+        """Send the batch on the data channel and read its answer there: (arena, answers) or the
+        error. When the process ends first, the reader thread fails the batch (``_stub_died``)."""
+        with self._data_lock:  # one batch on the data channel at a time (a worker per instance)
+            try:
+                stub.data.send(message)
+                answer = None if self.decoupled else stub.data.recv()
+            except OSError:
+                answer = None
+        if answer is None:  # decoupled, or the process is gone: the reader thread settles the batch
+            return batch.future.result()
+        op, answered_id = answer[0], answer[1]
+        if answered_id != batch_id:
+            raise InternalError(f"model '{self.name}': its Python process answered batch {answered_id}, "
+                                f"not {batch_id}")
+        outcome = (answer[2], answer[3]) if op == "done" else error_from_wire(answer[2])
+        self._finish(batch_id, outcome)
+        return outcome
+
     def _finish(self, batch_id: int, outcome: Any) -> None:
+        """Settle the batch's books: a decoupled batch stays while its senders are open."""
         with self._lock:
             batch = self._batches.get(batch_id)
             if batch is not None and (not self.decoupled or not batch.senders):
                 self._batches.pop(batch_id, None)
-        if batch is not None and not batch.future.done():
-            batch.future.set_result(outcome)
+        if batch is not None:
+            with contextlib.suppress(InvalidStateError):  # the process ended meanwhile and failed it
+                batch.future.set_result(outcome)
 
     def _respond(self, batch_id: int, index: int, response: InferResponse | None, final: bool, *,
                  batch: _Batch | None = None, error: BaseException | None = None) -> None:
@@ -393,6 +428,7 @@ class ProcessPythonBackend(Backend):
             stub.kill()
         stub.process.wait()
         stub.channel.close()
+        stub.data.close()
         if self._arena is not None:
             self._arena.close()
         self._outputs.close()
