@@ -222,33 +222,28 @@ def main() -> int:
                 stream.flush()
         os._exit(code)  # the other thread may be waiting in recv(): end the process, not just this thread
 
-    def gone() -> None:  # the server is gone: nothing to answer to
-        proxy.fail_all(InternalError(f"model '{init['name']}': the server closed the connection"))
-        leave(0)
-
-    def serve_messages() -> None:
+    def serve(source: Any, handle: Any) -> None:
+        """Handle what comes on ``source`` until the server goes (then nothing is left to answer)."""
         while True:
-            incoming = channel.recv()
+            incoming = source.recv()
             if incoming is None:
-                gone()
+                proxy.fail_all(InternalError(f"model '{init['name']}': the server closed the connection"))
+                leave(0)  # (it ends the process)
                 return
-            op = incoming[0]
-            if op == "server_result":
-                call, ok, value = incoming[1:]
-                proxy.resolve(call, ok, value if ok else error_from_wire(value))
-            elif op == "server_stream":
-                proxy.stream(*incoming[1:])
-            elif op == "finalize":
-                leave(0)
+            handle(incoming[0], incoming[1:])
 
-    def serve_batches() -> None:
-        while True:
-            incoming = data.recv()
-            if incoming is None:
-                gone()
-                return
-            if incoming[0] == "execute":
-                run_batch(*incoming[1:])
+    def on_message(op: str, args: tuple) -> None:
+        if op == "server_result":
+            call, ok, value = args
+            proxy.resolve(call, ok, value if ok else error_from_wire(value))
+        elif op == "server_stream":
+            proxy.stream(*args)
+        elif op == "finalize":
+            leave(0)
+
+    def on_batch(op: str, args: tuple) -> None:
+        if op == "execute":
+            run_batch(*args)
 
     def sender_for(batch: int, index: int) -> Any:
         def send(response: Any, final: bool) -> None:
@@ -289,7 +284,7 @@ def main() -> int:
         replies.send(("done", batch, writer.name, (specs, plan, answers)))
 
     # the channel's thread reads while the model initializes (its initialize may call the server)
-    threading.Thread(target=serve_messages, name="triton-nb-stub-channel", daemon=True).start()
+    threading.Thread(target=serve, args=(channel, on_message), name="triton-nb-stub-channel", daemon=True).start()
     try:
         backend = PythonBackend(context, backend_folder=init["backend_folder"],
                                 settings=PythonModelSettings(**init["settings"]))
@@ -303,7 +298,7 @@ def main() -> int:
     gc.freeze()
     state["backend"] = backend
     channel.send(("ready", os.getpid()))
-    serve_batches()  # never returns: the process ends in leave()
+    serve(data, on_batch)  # never returns: the process ends in leave()
     return 0
 
 
