@@ -6,6 +6,7 @@ this interpreter does not have."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -296,12 +297,22 @@ def test_a_killed_process_fails_its_batch_without_a_hang(tmp_path):
     with serve(tmp_path, python_instances="process") as server:
         client = server.client()
         pid = int(client.infer("worker", inputs()).as_numpy("PID")[0, 0])
+        sockets = _open_sockets()
         sleeping = server.infer_async(InferRequest("worker", inputs(-2.0)))
         time.sleep(0.5)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(InternalError, match=r"its Python process ended \(signal SIGKILL\)"):
             sleeping.result(timeout=30)
         np.testing.assert_array_equal(client.infer("worker", inputs()).as_numpy("Y"), inputs()["X"] * 2)
+        assert _open_sockets() == sockets  # the dead process's two socket pairs closed, the new one's open
+
+
+def _open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor, gone by now)
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
 
 
 def test_unloading_ends_the_process(tmp_path):

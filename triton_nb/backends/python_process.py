@@ -178,6 +178,9 @@ class _Stub:
         remove_arenas(self.arena_prefix)
         if not self.finalized.is_set():
             owner._stub_died(self, how)
+            # (a finalized stub's sockets are closed by finalize; a dead one's here, once its batch failed)
+            self.data.close()
+            self.channel.close()
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
