@@ -320,13 +320,14 @@ class RealTritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         died_with = self.died_with
-        report = self._report() if exc is not None else ""
-        self.stop()
-        if exc is not None and died_with is not None:
+        self.stop()  # the log stays readable after it
+        if exc is None:
+            return
+        if died_with is not None:
             raise TritonServerCrashed(f"tritonserver died on its own (exit code {died_with}) while the test "
-                                      f"used it; the test failed with {exc!r}{report}") from exc
-        if exc is not None:  # what the server said is the only clue to a failure inside it
-            print(f"tritonserver (running) when the test failed:{report}", file=sys.stderr)
+                                      f"used it; the test failed with {exc!r}{self._report()}") from exc
+        # what the server said is the only clue to a failure inside it
+        print(f"tritonserver (running) when the test failed:{self._report()}", file=sys.stderr)
 
     def start(self) -> None:
         """Start the server and wait until ``/v2/health/ready`` answers 200.
@@ -469,11 +470,11 @@ class RealTritonServer:
                 )
             # an endpoint that failed to start means the server is on its way out: the next poll reports it
             if all(_answers_200(url) for url in urls) and not any("failed to start" in e for e in self._errors()):
-                self.startup_s = time.monotonic() - started
-                self._ready_process = self._process
-                if self._process.poll() is not None:  # died between the check and now: the watcher missed it
-                    self.died_with = self._process.returncode
-                return
+                self._ready_process = self._process  # from now on the watcher reports a death
+                if self._process.poll() is None:  # else it died before that: the next turn reports it
+                    self.startup_s = time.monotonic() - started
+                    return
+                continue
             if time.monotonic() > deadline:
                 report = self._report()
                 self._terminate()
