@@ -17,12 +17,19 @@ spellings), so the server's own work per request is a large share of the whole a
 can only take the model's share. For contrast, the same two measurements on ``busy``: a Python
 model doing ``--busy-us`` of pure-Python work per request, what processes are for.
 
+Then a second *thread* instance, where both instances always have a batch (max_batch_size 32 at
+64 in flight), loaded by the perf engine: 2 instances against 1, with the request path's locks as
+they are and with threading's plain locks patched back in (as before ``triton_nb._locks``). Two
+threads answering batches at once, each answer sending the next request, made the plain locks a
+convoy; a second instance should cost next to nothing (threads share one core's worth of Python).
+
     python bench/bench_python_instances.py [--seconds 4] [--rounds 3] [--instances 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -30,14 +37,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from triton_nb import serve
 from triton_nb.fraud import generate_transactions, request_tensors, train_fraud_model
+from triton_nb.perf import load as load_module
 from triton_nb.repository import export_fraud_repository
 from triton_nb.repository.config import load_config, save_config
+from triton_nb.server import batcher
 from triton_nb.tensors import InferRequest
 
 TARGET_RATIO = 1.6
@@ -120,8 +130,9 @@ def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight:
     done = threading.Semaphore(0)
     counter = iter(range(1 << 62))
     stop = threading.Event()
-    completed = [0]
-    lock = threading.Lock()
+    # one entry per answer: list.append is atomic, so counting takes no lock (a lock taken per
+    # answer by two answering threads would be this loop's own convoy: triton_nb._locks)
+    completed: list[None] = []
 
     def send() -> None:
         index = next(counter)
@@ -130,8 +141,7 @@ def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight:
 
     def finish(future) -> None:
         future.result()  # a failed request ends the run with its error
-        with lock:
-            completed[0] += 1
+        completed.append(None)
         if stop.is_set():
             done.release()
         else:
@@ -141,11 +151,9 @@ def throughput(server, model: str, rows: list[dict[str, np.ndarray]], in_flight:
         send()
     time.sleep(seconds / 4)  # warm-up
     busy_before = _batch_compute_ns(server, model)
-    with lock:
-        first, began = completed[0], time.perf_counter()
+    first, began = len(completed), time.perf_counter()
     time.sleep(seconds)
-    with lock:
-        last, ended = completed[0], time.perf_counter()
+    last, ended = len(completed), time.perf_counter()
     busy = (_batch_compute_ns(server, model) - busy_before) / 1e9
     stop.set()
     for _ in range(in_flight):
@@ -163,6 +171,75 @@ def p50_us(server, model: str, rows: list[dict[str, np.ndarray]], seconds: float
         latencies.append((time.perf_counter_ns() - began) / 1e3)
         index += 1
     return statistics.median(latencies[len(latencies) // 10:])
+
+
+SECOND_INSTANCE_BATCH = 32  # a max_batch_size that 64 in flight fills twice over: both instances busy
+
+
+@contextlib.contextmanager
+def plain_locks() -> Iterator[None]:
+    """Servers and loads made meanwhile take threading's own locks on the request path (as before
+    triton_nb._locks): a contended acquire queues on the lock and is handed it asleep."""
+    saved = batcher.YieldingLock, load_module.YieldingLock
+
+    def plain(reentrant: bool = False):
+        return threading.RLock() if reentrant else threading.Lock()
+
+    batcher.YieldingLock = load_module.YieldingLock = plain
+    try:
+        yield
+    finally:
+        batcher.YieldingLock, load_module.YieldingLock = saved
+
+
+def perf_rate(server, model: str, rows: list[dict[str, np.ndarray]], in_flight: int, seconds: float) -> float:
+    """Requests per second of the perf engine's in-process closed loop (what ``triton-nb perf``, the
+    demo's sweep and the Tuner run): each answer sends the next request from the answering thread."""
+    load = load_module.InProcessLoad(server, model, rows, concurrency=in_flight)
+    load.start()
+    try:
+        time.sleep(seconds / 4)  # warm-up
+        load.take()
+        began = time.perf_counter()
+        time.sleep(seconds)
+        done = load.take()
+        elapsed = time.perf_counter() - began
+    finally:
+        load.stop()
+    if not done.ok.all():
+        raise SystemExit(f"{model}: {int((~done.ok).sum())} requests failed")
+    return len(done.ok) / elapsed
+
+
+def second_instance(work: Path, repo: Path, rows: list[dict[str, np.ndarray]], in_flight: int, seconds: float,
+                    rounds: int) -> None:
+    """The exported preprocessing at max_batch_size 32 with 1 and 2 thread instances, loaded by the
+    perf engine; the request path's locks as they are, and threading's plain ones (as before)."""
+    repos = {}
+    for count in (1, 2):
+        repos[count] = work / f"second-{count}"
+        shutil.copytree(repo / "preprocessing", repos[count] / "preprocessing")
+        config = load_config(repos[count] / "preprocessing")
+        config.max_batch_size = SECOND_INSTANCE_BATCH
+        config.instance_group[0].count = count
+        save_config(config, repos[count] / "preprocessing")
+    variants = {"yielding locks (now)": contextlib.nullcontext, "plain locks (before)": plain_locks}
+    rates: dict[tuple[str, int], list[float]] = {(v, c): [] for v in variants for c in (1, 2)}
+    for round_index in range(rounds):
+        order = list(variants) if round_index % 2 == 0 else list(variants)[::-1]
+        for variant in order:
+            for count in (1, 2):
+                with variants[variant](), serve(repos[count], python_instances="thread") as server:
+                    for row in rows[:64]:
+                        server.infer(InferRequest("preprocessing", row))
+                    rates[(variant, count)].append(perf_rate(server, "preprocessing", rows, in_flight, seconds))
+                print(f"round {round_index + 1} {variant}, {count} thread instance(s) at max_batch_size "
+                      f"{SECOND_INSTANCE_BATCH}: {rates[(variant, count)][-1]:,.0f} req/s", flush=True)
+    print(f"\na second thread instance, the exported preprocessing at max_batch_size {SECOND_INSTANCE_BATCH}, "
+          f"{in_flight} in flight from the perf engine, medians of {rounds} rounds:")
+    for variant in variants:
+        one, two = (statistics.median(rates[(variant, c)]) for c in (1, 2))
+        print(f"  {variant}: 1 instance {one:,.0f} req/s, 2 instances {two:,.0f} req/s: {two / one:.2f}x")
 
 
 def main() -> None:
@@ -213,6 +290,8 @@ def main() -> None:
             print(f"    with threads the model's execute took {share:.0%} of the time, the server's own work the "
                   f"rest: {args.instances} processes on {os.cpu_count()} cores could give at most {bound:.2f}x "
                   "with a free hand-off")
+        print()
+        second_instance(work, repo, rows, args.in_flight, args.seconds, args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     sys.stdout.flush()

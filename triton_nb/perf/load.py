@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb._locks import YieldingLock
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.frames import config_datatype
 from triton_nb.perf import _loadgen
@@ -147,15 +148,17 @@ class InProcessLoad:
         self._in_flight = threading.Semaphore(10_000)  # an open loop never queues without bound
         self._outstanding = 0  # closed loop: requests sent and not yet answered
         # per request the counter is taken under the bare lock (cheaper than the condition's own
-        # methods); the condition is notified only once stop() waits on it
-        self._outstanding_lock = threading.Lock()
+        # methods), from the threads that answer the requests: a lock that yields, so that two of
+        # them answering at once make no convoy (triton_nb._locks); the condition is notified only
+        # once stop() waits on it
+        self._outstanding_lock = YieldingLock()
         self._outstanding_changed = threading.Condition(self._outstanding_lock)
         self._submitting = threading.local()  # a trampoline, so answers that come at once do not recurse
         self._streams = concurrency or (sequences.num_of_sequences if sequences else 1)
         self._plan = sequences.plan(self._streams, seed) if sequences else None
         # request rate with sequences: per sequence, whether a request is in flight and how many
         # arrivals wait for its answer
-        self._turns = threading.Lock()
+        self._turns = YieldingLock()
         self._busy = [False] * self._streams
         self._waiting = [0] * self._streams
         # requests whose predecessor was refused at once, sent by a thread of their own (started at

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb._locks import YieldingLock
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.stats import ModelStats
@@ -229,9 +230,11 @@ class Scheduler:
         self._run_batch = run_batch
         self._clock_ns = clock_ns
         # _cond's lock, reentrant as the condition's default is (a request failed under it may have
-        # a callback that sends the next one here); enqueue takes it bare: the condition's own
-        # __enter__ and __exit__ are Python calls, per request
-        self._lock = threading.RLock()
+        # a callback that sends the next one here); enqueue takes it bare, for every request, from
+        # whichever thread sends it — often a worker answering its batch, while another worker
+        # answers its own: a lock that yields the GIL when taken, else the two make a convoy
+        # (triton_nb._locks)
+        self._lock = YieldingLock(reentrant=True)
         self._cond = threading.Condition(self._lock)
         self._former: _Worker | None = None  # the worker whose turn it is to form a batch
         self._queues: dict[int, deque[_Pending]] = {}

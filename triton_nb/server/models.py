@@ -136,7 +136,7 @@ class ModelManager:
         self._server = server
         self._infer_step = infer_step
         self._exit_timeout_secs = exit_timeout_secs
-        self.models: dict[str, _Model] = {}  # read it under models_lock
+        self.models: dict[str, _Model] = {}  # changed under models_lock; resolve reads it bare
         self.models_lock = threading.RLock()
         self._stopping = False
         self._stop_event = threading.Event()
@@ -200,8 +200,9 @@ class ModelManager:
     def resolve(self, name: str, version: int = -1) -> _Version:
         """The version serving ``name`` at ``version`` (-1 or 0: the highest), else NotFoundError
         in Triton's words."""
-        with self.models_lock:
-            model = self.models.get(name)
+        # no lock: a dict read is atomic, and a lock taken by every request is one more place for
+        # the threads that send them to queue (triton_nb._locks)
+        model = self.models.get(name)
         if model is None or (not model.versions and not model.states):
             raise NotFoundError(f"Request for unknown model: '{name}' is not found"
                                 + _suggest(name, list(self.models)))
