@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import chain, repeat
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,7 @@ class _Locations(_Spellings):
             return None  # (learned: bytes only)
         values = [column.tolist() for column in columns]
         try:
-            packed = np.fromiter(map(self.seen.get, zip(*values, strict=True), repeat(-1)), dtype=np.int64,
+            packed = np.fromiter(map(self.seen.__getitem__, zip(*values, strict=True)), dtype=np.int64,
                                  count=len(values[0]))
         except TypeError:  # an unhashable value
             return None
@@ -103,7 +103,7 @@ class FeatureEncoder:
     def _forget(self) -> None:
         """Back to the spellings known at load, as if no value had been judged yet."""
         for spellings in (*self._lookup.values(), self._errors, self._locations):
-            spellings.seen = dict(spellings.base)
+            spellings.forget()
 
     def transform(self, data: Any) -> np.ndarray:
         """The float32 feature matrix in :data:`FEATURE_NAMES` order.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,15 @@ from .text import _MISSING, _MISSING_SET, _WHITESPACE, _already_canonical, _as_b
 _LEARNED_LIMIT = 1 << 16
 
 
+class _Seen(dict):
+    """A spellings table whose ``[]`` answers -1 for a value it lacks: ``map(table.__getitem__,
+    values)`` then runs in C from end to end (``map(table.get, values, repeat(-1))`` costs a
+    tenth more, in the passes that are most of a large batch's time)."""
+
+    def __missing__(self, key: Any) -> int:
+        return -1
+
+
 class _Spellings:
     """Raw spelling -> answer: ``base`` fixed at load, ``seen`` that and what was learned since.
     Dictionary reads and updates are atomic under the GIL: transforms on several threads at once
@@ -26,12 +34,16 @@ class _Spellings:
 
     def __init__(self, base: dict[bytes, Any]) -> None:
         self.base = base
-        self.seen = dict(base)
+        self.seen = _Seen(base)
 
     def learn(self, learned: Mapping[bytes, Any]) -> None:
         if len(self.seen) + len(learned) > len(self.base) + _LEARNED_LIMIT:
-            self.seen = dict(self.base)
+            self.forget()
         self.seen.update(learned)
+
+    def forget(self) -> None:
+        """Back to the first spellings, as if no value had been judged yet."""
+        self.seen = _Seen(self.base)
 
 
 class _ColumnLookup(_Spellings):
@@ -94,7 +106,7 @@ class _ColumnLookup(_Spellings):
         the whole column goes through the rules and the error is the one it always was."""
         values = array.tolist()
         try:
-            ids = np.fromiter(map(self.seen.get, values, repeat(-1)), dtype=np.intp, count=len(values))
+            ids = np.fromiter(map(self.seen.__getitem__, values), dtype=np.intp, count=len(values))
         except TypeError:  # an unhashable value
             return None
         missed = np.flatnonzero(ids < 0)
