@@ -6,7 +6,7 @@ and the load's, in turn for every request. With plain locks, once one of them lo
 holding a lock, every later acquisition was handed to a sleeping thread: about two thread
 switches a request, and 2.7 times fewer requests a second than one instance
 (``bench/bench_python_instances.py`` prints the figures). The tests count the threads' voluntary
-switches (``/proc``), not time: a convoy shows as switches per request, however fast the machine.
+switches (``getrusage``), not time: a convoy shows as switches per request, however fast the machine.
 
 The lock itself (:class:`triton_nb._locks.YieldingLock`) is tested for what a lock must do.
 """
@@ -14,6 +14,7 @@ The lock itself (:class:`triton_nb._locks.YieldingLock`) is tested for what a lo
 from __future__ import annotations
 
 import itertools
+import resource
 import threading
 from pathlib import Path
 
@@ -26,9 +27,6 @@ from triton_nb._locks import YieldingLock
 from triton_nb.perf.load import InProcessLoad
 from triton_nb.tensors import InferRequest
 
-PROC_TASKS = Path("/proc/self/task")
-pytestmark = pytest.mark.skipif(not PROC_TASKS.is_dir(), reason="needs Linux's /proc to count thread switches")
-
 IN_FLIGHT = 64
 REQUESTS = 6000
 # A convoy costs about two switches a request (measured 1.7); without one, a few per 5 ms slice
@@ -37,16 +35,8 @@ MAX_SWITCHES_PER_REQUEST = 0.5
 
 
 def voluntary_switches() -> int:
-    total = 0
-    for task in PROC_TASKS.iterdir():
-        try:
-            status = (task / "status").read_text()
-        except OSError:  # a thread that ended just now
-            continue
-        for line in status.splitlines():
-            if line.startswith("voluntary_ctxt_switches:"):
-                total += int(line.split()[1])
-    return total
+    """The process's voluntary context switches so far, all its threads together."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 
 @pytest.fixture
