@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
 from real_triton import RealTritonServer, tritonserver_unavailable_reason
-from scale_models import write_scale_model
+from scale_models import write_picky_model, write_scale_model
 
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
@@ -171,6 +171,28 @@ def scale_server(tmp_path_factory):
     write_scale_model(repo, extra="dynamic_batching { max_queue_delay_microseconds: 500 }")
     with serve(repo, http_port=0, grpc_port=0) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def picky_server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("perf-picky")
+    write_picky_model(repo)
+    with serve(repo, http_port=0, grpc_port=0) as server:
+        yield server
+
+
+@pytest.mark.parametrize("protocol", ["inprocess", "http", "grpc"])
+def test_a_level_whose_requests_fail_keeps_the_first_message(picky_server, tmp_path, protocol):
+    """Failed requests are counted and the first one's message is kept, over every protocol."""
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"X": [-1.0, 2.0]}]}))
+    row = measure(picky_server, "picky", concurrency_range=1, protocol=protocol, input_data=str(data),
+                  measurement_interval_ms=200, warmup_ms=50, max_trials=2).iloc[0]
+    assert row["errors"] > 0 and row["completed_requests"] == 0
+    assert "input 'X' must not be negative" in row["first_error"], row["first_error"]
+    clean = measure(picky_server, "picky", concurrency_range=1, protocol=protocol, input_data="zero",
+                    measurement_interval_ms=200, warmup_ms=50, max_trials=2).iloc[0]
+    assert clean["errors"] == 0 and clean["completed_requests"] > 0 and clean["first_error"] == ""
 
 
 @pytest.mark.parametrize("protocol", ["inprocess", "http", "grpc"])

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
 
-from scale_models import write_scale_model
+from scale_models import write_picky_model, write_scale_model
 
 from triton_nb import serve
 from triton_nb.cli import main
@@ -57,6 +57,18 @@ def test_perf_concurrency_in_process_writes_csv_and_plots(repo, tmp_path, capsys
     assert [line.split(",")[0] for line in lines[1:]] == ["1", "2"]
     for name in ("throughput_vs_latency.png", "latency_breakdown.png"):
         assert (plots / name).stat().st_size > 1000, name
+
+
+def test_perf_prints_the_first_error_of_a_level_whose_requests_fail(tmp_path, capsys):
+    write_picky_model(tmp_path / "repo")
+    data = tmp_path / "data.json"
+    data.write_text('{"data": [{"X": [-1.0, 2.0]}]}')
+    assert main(["perf", "-m", "picky", "--model-repository", str(tmp_path / "repo"), "--concurrency-range", "1",
+                 "--input-data", str(data), *SHORT]) == 0
+    printed = capsys.readouterr().out
+    (row,) = _table(printed, "Concurrency")
+    assert row[-1] == "error(s)"  # the row's note: "<n> error(s)"
+    assert "  first error: model 'picky': input 'X' must not be negative" in printed.splitlines()
 
 
 def test_perf_request_rate_over_http_with_a_repository(repo, tmp_path, capsys):

@@ -183,6 +183,8 @@ def test_sequence_order_mistakes_count_as_errors(seq_server, monkeypatch):
     monkeypatch.setattr(SequencePlan, "next", lambda self, stream: (7, False, False))
     results = measure(seq_server, "card_count", concurrency_range=1, sequence_length=3, **SHORT)
     assert results["errors"].iloc[0] > 0 and results["completed_requests"].iloc[0] == 0
+    assert "card_count" in results["first_error"].iloc[0]  # the server's words, naming the model
+
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -201,6 +203,7 @@ def test_the_load_generator_reports_refused_sequence_requests(seq_server, protoc
     finally:
         load.stop()
     assert len(outcomes.ok) > 0 and not outcomes.ok.any()
+    assert load.first_error is not None and "card_count" in load.first_error
 
 
 def test_sequence_lengths_vary_as_perf_analyzers_do():

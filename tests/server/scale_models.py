@@ -159,3 +159,37 @@ def write_gated_model(repo: Path, width: int = 2) -> Path:
     ``(folder / "open").touch()``, and must do so in any case before the server stops (a stop waits
     for the batch that is executing)."""
     return write_python_model(repo, "gated", GATED_CONFIG.format(width=width), GATED_MODEL)
+
+
+_PICKY_CONFIG = """
+name: "picky"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+dynamic_batching { }
+"""
+
+_PICKY_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x >= 0).all():
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+            else:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "model 'picky': input 'X' must not be negative")))
+        return responses
+'''
+
+
+def write_picky_model(repo: Path) -> Path:
+    """A Python model "picky" (X, Y: FP32 [2], batching) that answers Y = X, and fails each request
+    holding a negative value with a message naming the model and tensor."""
+    return write_python_model(repo, "picky", _PICKY_CONFIG, _PICKY_MODEL)

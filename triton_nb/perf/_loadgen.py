@@ -6,8 +6,10 @@ importing only the standard library (and grpc for gRPC): it starts in a fraction
 reads pre-encoded requests from a file, keeps ``--concurrency`` requests in flight (closed loop) or
 sends ``--rate`` requests per second (open loop, constant or Poisson arrivals), and writes
 completions to stdout every 50 ms as frames: ``<I`` count, then count records ``<qqBII`` (sent ns,
-answered ns, ok, request bytes, response bytes) on the host's monotonic clock. It stops when its
-stdin closes. HTTP requests go over keep-alive connections with a minimal HTTP/1.1 exchange (see
+answered ns, ok, request bytes, response bytes) on the host's monotonic clock; once, before the
+records of the first failed request, an error frame: the count :data:`ERROR_FRAME`, then ``<I``
+length and the server's message in UTF-8 (what perf_analyzer prints of a failed request). It stops
+when its stdin closes. HTTP requests go over keep-alive connections with a minimal HTTP/1.1 exchange (see
 ``_HttpConnection``).
 
 Bytes on the wire: over HTTP, the whole request and response as sent and read — request line or
@@ -50,6 +52,7 @@ import zlib
 
 RECORD = struct.Struct("<qqBII")
 COUNT = struct.Struct("<I")
+ERROR_FRAME = 0xFFFFFFFF  # a count that says: a message follows, not records
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 #: zlib's window bits per content coding: gzip's header and trailer, or deflate's zlib wrapper.
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
@@ -225,6 +228,15 @@ def _read_payloads(path: str) -> list[tuple[bytes, int]]:
     return payloads
 
 
+def _http_error(status: int, body: bytes) -> str:
+    """A failed HTTP answer's message: the ``error`` of Triton's JSON body, else the body's text."""
+    try:
+        message = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        message = None
+    return message if isinstance(message, str) else f"HTTP {status}: {body[:500].decode('utf-8', 'replace')}"
+
+
 class _HttpConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection that sends pre-encoded requests and reads the status and
     the body (by Content-Length) of each answer: a fraction of a general client's cost per request,
@@ -265,12 +277,18 @@ class _HttpConnection(asyncio.Protocol):
         total = end + 4 + length
         if len(self.buffer) < total:
             return
-        if coding in _WBITS:  # the client's work, as tritonclient decompresses an answer
-            zlib.decompress(bytes(self.buffer[end + 4:total]), _WBITS[coding])
+        status = int(head[9:12])
+        error = None
+        if coding in _WBITS or status != 200:  # (a success's body is otherwise not looked at)
+            body = bytes(self.buffer[end + 4:total])
+            if coding in _WBITS:  # the client's work, as tritonclient decompresses an answer
+                body = zlib.decompress(body, _WBITS[coding])
+            if status != 200:
+                error = _http_error(status, body)
         del self.buffer[:total]
-        self.waiter.set_result((int(head[9:12]), total))
+        self.waiter.set_result((status, total, error))
 
-    async def request(self, data: bytes) -> tuple[int, int]:
+    async def request(self, data: bytes) -> tuple[int, int, str | None]:
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return await self.waiter
@@ -286,8 +304,9 @@ class _HttpPool:
         self.all: list[_HttpConnection] = []
         self.decompress = decompress
 
-    async def send(self, data: bytes) -> tuple[int, int]:
-        """The answer's status and its bytes on the wire (status line, headers and body)."""
+    async def send(self, data: bytes) -> tuple[int, int, str | None]:
+        """The answer's status, its bytes on the wire (status line, headers and body) and, for a
+        failure, the server's message."""
         connection = self.idle.pop() if self.idle else None
         if connection is None or connection.closed:
             _, connection = await asyncio.get_running_loop().create_connection(
@@ -308,6 +327,8 @@ class _Generator:
         self.args = args
         self.payloads = _read_payloads(args.payloads)
         self.records: list[tuple[int, int, int]] = []
+        self.first_error: str | None = None  # the first failed request's message, until it is written
+        self._error_written = False
         self.stopping = False
         self.next_payload = 0
         self.plan: SequencePlan | None = None
@@ -380,9 +401,9 @@ class _Generator:
             pool = _HttpPool(self.args.url, decompress=self.args.response_compression != "none")
             build = self._http_requests()
 
-            async def send(data: bytes) -> tuple[bool, int]:
-                status, received = await pool.send(data)
-                return status == 200, received
+            async def send(data: bytes) -> tuple[bool, int, str | None]:
+                status, received, error = await pool.send(data)
+                return status == 200, received, error
 
             try:
                 await self._drive(send, build, stdin_closed)
@@ -399,12 +420,12 @@ class _Generator:
                 call = channel.unary_unary(GRPC_METHOD)
                 build = self._grpc_requests()
 
-                async def send(data: bytes) -> tuple[bool, int]:
+                async def send(data: bytes) -> tuple[bool, int, str | None]:
                     try:
                         answer = await call(data, timeout=60)
-                    except grpc.RpcError:
-                        return False, 0
-                    return True, len(answer) + _GRPC_PREFIX_BYTES
+                    except grpc.RpcError as exc:
+                        return False, 0, f"{exc.code().name}: {exc.details()}"
+                    return True, len(answer) + _GRPC_PREFIX_BYTES, None
 
                 await self._drive(send, build, stdin_closed)
 
@@ -412,9 +433,11 @@ class _Generator:
         started = time.monotonic_ns()
         try:
             data, sent = build(stream)
-            ok, received = await send(data)
-        except Exception:  # a refused connection is a failed request, not the generator's end
-            ok, sent, received = False, 0, 0
+            ok, received, error = await send(data)
+        except Exception as exc:  # a refused connection is a failed request, not the generator's end
+            ok, sent, received, error = False, 0, 0, f"{type(exc).__name__}: {exc}"
+        if not ok and self.first_error is None:
+            self.first_error = error or "failed"
         self.records.append((started, time.monotonic_ns(), 1 if ok else 0, sent, received))
 
     async def _drive(self, send, build, stdin_closed) -> None:
@@ -480,6 +503,10 @@ class _Generator:
     def _flush(self) -> None:
         records, self.records = self.records, []
         out = sys.stdout.buffer
+        if self.first_error is not None and not self._error_written:
+            message = self.first_error.encode("utf-8", "replace")
+            out.write(COUNT.pack(ERROR_FRAME) + COUNT.pack(len(message)) + message)
+            self._error_written = True
         out.write(COUNT.pack(len(records)) + b"".join(RECORD.pack(*r) for r in records))
         out.flush()
 

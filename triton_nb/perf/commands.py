@@ -106,6 +106,8 @@ def run_perf(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
                 if row["errors"]:
                     notes.append(f"{int(row['errors'])} error(s)")
                 print(_perf_line(cells, widths) + ("  " + ", ".join(notes) if notes else ""), flush=True)
+                if row["errors"]:
+                    print(f"  first error: {row['first_error']}", flush=True)
         except KeyboardInterrupt:
             interrupted = True
             print("interrupted: keeping the levels measured so far", flush=True)

@@ -107,9 +107,21 @@ class _Recorder:
 
     def __init__(self) -> None:
         self._records: collections.deque[tuple[int, int, bool]] = collections.deque()
+        self.first_error: str | None = None  # what the first failed request was told
 
-    def add(self, started: int, finished: int, ok: bool) -> None:
-        self._records.append((started, finished, ok))
+    def answered(self, started: int, future: Any) -> None:
+        """``future``'s request finished: a success, or a failure with its message kept if first."""
+        if future.cancelled():
+            self.failed(started, "the request was cancelled")
+        elif (error := future.exception()) is not None:
+            self.failed(started, str(error))
+        else:
+            self._records.append((started, time.monotonic_ns(), True))
+
+    def failed(self, started: int, message: str) -> None:
+        if self.first_error is None:  # (a race between two first failures keeps either: both are true)
+            self.first_error = message
+        self._records.append((started, time.monotonic_ns(), False))
 
     def take(self) -> Completions:
         pop = self._records.popleft
@@ -211,8 +223,8 @@ class InProcessLoad:
                 started = time.monotonic_ns()
                 try:
                     future = self._server.infer_async(self._request(index))
-                except Exception:  # refused at once: a measured failure; the slot goes on
-                    self._recorder.add(started, time.monotonic_ns(), False)
+                except Exception as exc:  # refused at once: a measured failure; the slot goes on
+                    self._recorder.failed(started, str(exc))
                     self._settle()
                     following = self._following(index)
                     if following is not None:
@@ -260,8 +272,7 @@ class InProcessLoad:
                 self._outstanding_changed.notify_all()
 
     def _chained_done(self, started: int, index: int, future: Any) -> None:
-        ok = not future.cancelled() and future.exception() is None
-        self._recorder.add(started, time.monotonic_ns(), ok)
+        self._recorder.answered(started, future)
         if self._concurrency is not None:  # a closed loop's slot goes on, with the answered one's count
             self._send(index + self._concurrency, counted=True)
             return
@@ -299,19 +310,24 @@ class InProcessLoad:
             started = time.monotonic_ns()
             try:
                 future = self._server.infer_async(self._request(index))
-            except Exception:
+            except Exception as exc:
                 self._in_flight.release()
-                self._recorder.add(started, time.monotonic_ns(), False)
+                self._recorder.failed(started, str(exc))
             else:
                 future.add_done_callback(lambda f, s=started: self._done(s, f))
             index += 1
 
     def _done(self, started: int, future: Any) -> None:
         self._in_flight.release()
-        self._recorder.add(started, time.monotonic_ns(), not future.cancelled() and future.exception() is None)
+        self._recorder.answered(started, future)
 
     def take(self) -> Completions:
         return self._recorder.take()
+
+    @property
+    def first_error(self) -> str | None:
+        """The message of the first request that failed (None while none has)."""
+        return self._recorder.first_error
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop sending and wait for the requests in flight (at most ``timeout_s``): the next
@@ -519,6 +535,7 @@ class NetworkLoad:
         self._batches: list[np.ndarray] = []  # the generator's records, as read
         self._process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
+        self.first_error: str | None = None  # the message of the first request that failed
 
     def start(self) -> None:
         self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -534,6 +551,10 @@ class NetworkLoad:
             if len(head) < 4:
                 return
             (count,) = struct.unpack("<I", head)
+            if count == _loadgen.ERROR_FRAME:  # the first failed request's message
+                (length,) = struct.unpack("<I", stream.read(4))
+                self.first_error = stream.read(length).decode("utf-8", "replace")
+                continue
             data = stream.read(count * size)
             if len(data) == count * size and count:
                 records = np.frombuffer(data, _RECORD_DTYPE)

@@ -325,6 +325,11 @@ def measure(
     (HTTP/2 framing not counted); NaN in-process. The server's time to decode the request and
     encode the answer is in ``server_compute_input_us``/``server_compute_output_us``, from its
     statistics.
+
+    Failed requests are measured, not raised: each row counts them in ``errors`` and keeps the
+    first one's message in ``first_error`` (the server's words, over every protocol; empty when
+    none failed), which ``triton-nb perf`` prints under the row, as perf_analyzer prints a failed
+    request's error.
     """
     mode, levels = _levels(concurrency_range, request_rate_range)
     if percentile is not None and percentile not in PERCENTILES:
@@ -454,6 +459,7 @@ def _measure_level(target: Transport, model: str, requests: list, load_kwargs: d
         "latency_avg_us": latency,
         "completed_requests": span.completed,
         "errors": span.errors,
+        "first_error": (load.first_error or "") if span.errors else "",
         "window_s": (last[-1].end_ns - last[0].begin_ns) / 1e9,
         "trials": len(windows),
         "stable": is_stable(windows, stability_percentage, percentile),
