@@ -286,3 +286,36 @@ def test_binary_tensors_at_any_offset_of_a_body_are_decoded_aligned(offset):
     got = array_from_buffer("fil", "input__0", "FP32", (2, 3), memoryview(body)[offset:])
     assert got.flags.aligned
     np.testing.assert_array_equal(got, x.reshape(2, 3))
+
+
+def test_the_first_step_checks_only_the_batch_size_it_may_bound_lower(server, fraud_frame):
+    # The preprocessing step's inputs are the ensemble's own, already checked against equal specs: the
+    # server skips its tensor-by-tensor check, but not a max_batch_size lowered live below the ensemble's.
+    ensemble = server._manager.resolve("ensemble", -1).ensemble
+    preprocessing = server._manager.resolve("preprocessing", -1)
+    assert ensemble._first_step_given(preprocessing)
+    client = server.client()
+    before = server.update_batching("preprocessing")["max_batch_size"]
+    server.update_batching("preprocessing", max_batch_size=1)
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"step 0 \('preprocessing'\).*batch-size must be <= 1"):
+            client.infer("ensemble", _ensemble_inputs(fraud_frame, rows=2))
+        assert client.infer("ensemble", _ensemble_inputs(fraud_frame, rows=1)).as_numpy("predictions").shape == (1, 1)
+    finally:
+        server.update_batching("preprocessing", max_batch_size=before)
+
+
+def test_a_step_whose_specs_differ_from_the_ensembles_is_checked_in_full(server):
+    from triton_nb.server.checks import _passes_as_given
+
+    ensemble = server._manager.resolve("ensemble", -1)
+    step = ensemble.ensemble.plan[0]
+    preprocessing = server._manager.resolve("preprocessing", -1)
+    specs = dict(ensemble.inputs)
+    assert _passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
+    assert not _passes_as_given(preprocessing, specs, False, step.inputs, step.requested)  # batching differs
+    assert not _passes_as_given(preprocessing, specs, True, step.inputs[1:], step.requested)  # an input not given
+    assert not _passes_as_given(preprocessing, specs, True, step.inputs, (*step.requested, "nope"))  # no such output
+    other = next(name for name, spec in specs.items() if spec.dtype.kind == "f")
+    specs[other] = next(spec for spec in specs.values() if spec.dtype.kind == "O")  # FP32 checked as BYTES
+    assert not _passes_as_given(preprocessing, specs, True, step.inputs, step.requested)

@@ -13,6 +13,7 @@ per-version record satisfies it), never change the request, and raise
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,14 +55,19 @@ class CheckedVersion(Protocol):
 
 
 def _check_request(target: CheckedVersion, request: InferRequest, live_max_batch_size: int | None = None,
-                   max_string_bytes: int | None = None) -> None:
+                   max_string_bytes: int | None = None, *, given: bool = False) -> None:
     """Names, datatypes and shapes against the config, before the request is queued. The
     messages are Triton's own (``InferenceRequest::Normalize``), so a client sees the same text
     from triton_nb and from Triton.
 
     ``live_max_batch_size`` is the scheduler's current limit, which a live update may have
-    lowered below the config's; ``max_string_bytes`` bounds each element of a BYTES input."""
-    if _conforms(target, request, live_max_batch_size or target.config.max_batch_size, max_string_bytes):
+    lowered below the config's; ``max_string_bytes`` bounds each element of a BYTES input.
+    ``given``: the request's inputs passed an equal check already (:func:`_passes_as_given`),
+    so only its batch size, which this model may bound lower, is left to check."""
+    limit = live_max_batch_size or target.config.max_batch_size
+    if given and (limit <= 0 or request.batch_size(True) <= limit):
+        return
+    if _conforms(target, request, limit, max_string_bytes):
         return
     name = target.name
     batching = target.config.max_batch_size > 0
@@ -143,6 +149,22 @@ def _conforms(target: CheckedVersion, request: InferRequest, limit: int, max_str
         return False
     requested = request.requested_outputs
     return not requested or all(output in target.outputs for output in requested)
+
+
+def _passes_as_given(target: CheckedVersion, checked: Mapping[str, _TensorSpec], batching: bool,
+                     inputs: tuple[tuple[str, str], ...], requested: tuple[str, ...]) -> bool:
+    """Whether a request passes ``target``'s check as it stands, its batch size aside, when each of
+    its ``inputs`` (the target's input name, the tensor it is) is a tensor of a request that passed
+    the check against ``checked`` (tensor specs by name, of a model that batches when ``batching``),
+    and it asks for ``requested``: the same specs under the target's names, every input given, no
+    other, outputs the target has. An ensemble's first step is such a request (its inputs are the
+    ensemble's own), and then worth no second check of each tensor."""
+    if (target.config.max_batch_size > 0) != batching or len(inputs) != len(target.inputs):
+        return False
+    specs = target.inputs
+    return ({name for name, _ in inputs} == specs.keys()
+            and all(checked.get(tensor) == specs[name] for name, tensor in inputs)
+            and all(output in target.outputs for output in requested))
 
 
 def _check_string_lengths(model: str, tensor: str, array: np.ndarray, limit: int) -> None:

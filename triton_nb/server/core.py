@@ -42,7 +42,7 @@ from triton_nb.errors import (
 from triton_nb.repository.config import ModelConfig, config_to_json
 from triton_nb.repository.layout import scan_repository
 from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache, ServerCache
-from triton_nb.server.checks import _check_request
+from triton_nb.server.checks import CheckedVersion, _check_request
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.instances import InstanceOptions, set_instance_count
@@ -412,18 +412,21 @@ class Server:
         """Requests accepted and not yet answered, server-wide (ensemble steps not counted)."""
         return self._pending
 
-    def _infer_step(self, request: InferRequest, max_string_bytes: int | None = None) -> Future:
+    def _infer_step(self, request: InferRequest, max_string_bytes: int | None = None,
+                    given: Callable[[CheckedVersion], bool] | None = None) -> Future:
         """:meth:`infer_async` without the server-wide limit: for the steps of an ensemble the
         limit has already admitted. Steps skip the string-length check (``max_string_bytes``
         None): their strings are the ensemble's own inputs, checked once on the way in, or a
-        model's outputs."""
+        model's outputs. ``given(target)`` tells whether the request's inputs already passed a
+        check equal to the resolved version's (an ensemble's first step: the ensemble's inputs),
+        which leaves only the batch size to check."""
         if self._stopped:
             raise UnavailableError("the server is stopped")
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
                 _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
-                               max_string_bytes)
+                               max_string_bytes, given=given is not None and given(target))
             except TritonNBError:
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
                                             reason="OTHER")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from functools import partial
@@ -43,13 +43,16 @@ import numpy as np
 from triton_nb.errors import InternalError, TritonNBError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.batcher import after_batch
+from triton_nb.server.checks import CheckedVersion, _passes_as_given, _TensorSpec
 from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.stats import ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
 
-Submit = Callable[[InferRequest], Future]
+#: A step's request -> its future; ``given`` (a step whose inputs are the ensemble's own) tells the
+#: server whether the model version it resolves checks them as the ensemble already did.
+Submit = Callable[..., Future]
 _SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
 #: Whether model (name, version) takes one request carrying ``rows`` rows of several ensemble requests.
 Carry = Callable[[str, int, int], bool]
@@ -74,7 +77,8 @@ class EnsembleScheduler:
     """Runs requests of one ensemble version through its steps."""
 
     def __init__(self, name: str, version: int, config: ModelConfig, submit: Submit, *,
-                 stats: ModelStats | None = None, carry: Carry | None = None) -> None:
+                 stats: ModelStats | None = None, carry: Carry | None = None,
+                 input_specs: Mapping[str, _TensorSpec] | None = None) -> None:
         self.name = name
         self.stats = stats
         self.batching = config.max_batch_size > 0
@@ -99,6 +103,11 @@ class EnsembleScheduler:
         self._carry = carry
         self._deferred = threading.local()  # step requests readied inside a batch being answered
         self.chain = self._chain_order()  # None: the general road (see the module docstring)
+        # The ensemble's input specs, as its requests were checked: a chain's first step, whose inputs
+        # they are, is not checked tensor by tensor again where its model's specs are the same.
+        self._input_specs = input_specs
+        self._given_verdict: tuple[object, bool] | None = None  # (the step's version, its verdict)
+        self._submit_first = partial(submit, given=self._first_step_given) if input_specs else submit
 
     def _chain_order(self) -> tuple[int, ...] | None:
         """The steps in order when, from every input, each step readies exactly the next one."""
@@ -112,6 +121,16 @@ class EnsembleScheduler:
             remaining.discard(ready[0])
             produced.update(tensor for _, tensor in self.plan[ready[0]].outputs)
         return tuple(order) if order else None
+
+    def _first_step_given(self, target: CheckedVersion) -> bool:
+        """Whether the chain's first step, resolved to ``target``, checks its inputs as the ensemble
+        did (see ``checks._passes_as_given``); worked out once per loaded version of that model."""
+        verdict = self._given_verdict
+        if verdict is None or verdict[0] is not target:
+            step = self.plan[self.chain[0]]
+            same = _passes_as_given(target, self._input_specs or {}, self.batching, step.inputs, step.requested)
+            verdict = self._given_verdict = (target, same)
+        return verdict[1]
 
     def _defer(self, slot: str, item: object, flush: Callable[[], None]) -> bool:
         """Inside a batch being answered, keep ``item`` in this thread's list ``slot`` for
@@ -195,6 +214,7 @@ class EnsembleScheduler:
         takes one, else one request each."""
         index = self.chain[position]
         step = self.plan[index]
+        submit = self._submit_first if position == 0 else self._submit
         if len(runs) > 1 and self.batching and step.inputs:
             first_tensor = step.inputs[0][1]
             rows = tuple(len(run.tensors[first_tensor]) for run in runs)
@@ -207,7 +227,7 @@ class EnsembleScheduler:
                 else:
                     carried = _carried_request(step, runs[0].request, inputs, rows)
                     try:
-                        future = self._submit(carried)
+                        future = submit(carried)
                     except Exception as exc:  # refused at once: each fails as it would alone
                         for run in runs:
                             self._chain_fail(run, index, exc)
@@ -222,7 +242,7 @@ class EnsembleScheduler:
                 requested_outputs=list(step.requested), request_id=request.request_id, priority=request.priority,
                 timeout_microseconds=request.timeout_microseconds)
             try:
-                future = self._submit(step_request)
+                future = submit(step_request)
             except Exception as exc:  # refused at once (unknown, not ready, queue full)
                 self._chain_fail(run, index, exc)
                 continue

@@ -441,7 +441,7 @@ class ModelManager:
         version = _Version(name, number, config, source / str(number), stats, rate_limiter=self.rate_limiter)
         if is_ensemble(config):
             version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
-                                                 carry=self._accepts_carried)
+                                                 carry=self._accepts_carried, input_specs=version.inputs)
             return version
         def run(backend: object, requests: list) -> list:
             return _run_batch(version, backend, requests)
