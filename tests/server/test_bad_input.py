@@ -319,3 +319,58 @@ def test_a_step_whose_specs_differ_from_the_ensembles_is_checked_in_full(server)
     other = next(name for name, spec in specs.items() if spec.dtype.kind == "f")
     specs[other] = next(spec for spec in specs.values() if spec.dtype.kind == "O")  # FP32 checked as BYTES
     assert not _passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
+
+
+def test_a_signature_that_passed_before_still_has_each_requests_own_values_checked(server, fraud_frame):
+    # The check keeps the signatures (names, types, datatypes, shapes) that passed, per version; what
+    # varies from one request to the next is still checked every time: string lengths, batch size
+    # against the live limit, requested outputs, and a datatype or shape that differs is a new signature.
+    target = server._manager.resolve("ensemble", -1)
+    target.conforming.clear()
+    good = _ensemble_inputs(fraud_frame, rows=1)
+    _check_request(target, InferRequest("ensemble", good), max_string_bytes=64)
+    assert len(target.conforming) == 1
+    _check_request(target, InferRequest("ensemble", dict(good)), max_string_bytes=64)
+    assert len(target.conforming) == 1  # the same signature, looked up
+
+    def with_city(value) -> dict[str, np.ndarray]:
+        return {**good, "Merchant City": np.array([[value]], dtype=object)}
+
+    with pytest.raises(InvalidArgumentError, match=r"'Merchant City' for model 'ensemble' has a 65-byte element"):
+        _check_request(target, InferRequest("ensemble", with_city(b"x" * 65)), max_string_bytes=64)
+    _check_request(target, InferRequest("ensemble", with_city("ü" * 32)), max_string_bytes=64)  # 64 bytes: fits
+    with pytest.raises(InvalidArgumentError, match=r"'Merchant City' .* has a 66-byte element, over the 64-byte limit"):
+        _check_request(target, InferRequest("ensemble", with_city("ü" * 33)), max_string_bytes=64)
+    _check_request(target, InferRequest("ensemble", with_city(5)), max_string_bytes=64)  # not a string: not ours
+    assert len(target.conforming) == 1
+
+    two = _ensemble_inputs(fraud_frame, rows=2)
+    _check_request(target, InferRequest("ensemble", two), max_string_bytes=64)
+    with pytest.raises(InvalidArgumentError, match=r"batch-size must be <= 1 for 'ensemble'"):
+        _check_request(target, InferRequest("ensemble", two), live_max_batch_size=1)
+    with pytest.raises(InvalidArgumentError, match=r"unexpected inference output 'nope' for model 'ensemble'"):
+        _check_request(target, InferRequest("ensemble", good, requested_outputs=["nope"]))
+    with pytest.raises(InvalidArgumentError, match=r"inference input 'User' data-type is 'FP64'"):
+        _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].astype(np.float64)}))
+    with pytest.raises(InvalidArgumentError, match=r"unexpected shape for input 'User'"):
+        _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].reshape(1, 1, 1)}))
+    with pytest.raises(InvalidArgumentError, match=r"input 'User' must be a numpy array"):
+        _check_request(target, InferRequest("ensemble", {**good, "User": [[1.0]]}))
+    assert len(target.conforming) == 2  # rows 1 and rows 2; what failed is not kept
+
+    class Tagged(np.ndarray):  # a subclass passes, as before, by the full check, and is not kept
+        pass
+
+    _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].view(Tagged)}))
+    assert len(target.conforming) == 2
+
+
+def test_the_table_of_signatures_that_passed_stays_bounded(server, fraud_frame):
+    from triton_nb.server.checks import _MAX_SIGNATURES
+
+    target = server._manager.resolve("ensemble", -1)
+    target.conforming.clear()
+    many = _ensemble_inputs(fraud_frame, rows=_MAX_SIGNATURES + 20)
+    for rows in range(1, _MAX_SIGNATURES + 21):
+        _check_request(target, InferRequest("ensemble", {name: array[:rows] for name, array in many.items()}))
+        assert 1 <= len(target.conforming) <= _MAX_SIGNATURES

@@ -83,6 +83,7 @@ class _Version:
     inputs: dict[str, _TensorSpec] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
     outputs: frozenset[str] = frozenset()
+    conforming: dict = field(default_factory=dict)  # the request checks' table (checks._conforms)
 
     def __post_init__(self) -> None:
         self.inputs = {t.name: _TensorSpec.of(t) for t in self.config.input}
