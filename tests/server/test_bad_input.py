@@ -374,3 +374,17 @@ def test_the_table_of_signatures_that_passed_stays_bounded(server, fraud_frame):
     for rows in range(1, _MAX_SIGNATURES + 21):
         _check_request(target, InferRequest("ensemble", {name: array[:rows] for name, array in many.items()}))
         assert 1 <= len(target.conforming) <= _MAX_SIGNATURES
+
+
+def test_a_batching_models_request_without_inputs_is_left_to_the_full_check():
+    # no tensor to read a batch size from: the table keeps nothing, and the full check judges it
+    from types import SimpleNamespace
+
+    from triton_nb.repository.config import ModelConfig
+    from triton_nb.server.checks import _conforms
+
+    target = SimpleNamespace(name="m", version=1, config=ModelConfig(name="m", max_batch_size=8), inputs={},
+                             required=frozenset(), outputs=frozenset({"y"}), conforming={})
+    assert not _conforms(target, InferRequest("m", {}), 8, None)
+    assert not target.conforming
+    _check_request(target, InferRequest("m", {}))  # what the full check makes of it: no input, nothing wrong
