@@ -23,7 +23,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InternalError, InvalidArgumentError
 from triton_nb.repository.config import ModelConfig
-from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
+from triton_nb.tensors import (
+    InferRequest,
+    InferResponse,
+    element_count,
+    numpy_to_triton_dtype,
+    triton_to_numpy_dtype,
+)
 
 __all__ = ["CheckedVersion"]
 
@@ -184,7 +190,7 @@ def _judge(target: CheckedVersion, key: tuple) -> _Passed | None:
             return None
         if spec.strings:
             strings.append(name)
-            single = single and int(np.prod(shape)) == 1
+            single = single and element_count(shape) == 1
     if rows == -1:  # a batching model's request with no inputs: the full check's to judge
         return None
     return _Passed(rows, tuple(strings), single)
@@ -192,12 +198,11 @@ def _judge(target: CheckedVersion, key: tuple) -> _Passed | None:
 
 def _check_strings(model: str, inputs: Mapping[str, np.ndarray], passed: _Passed, limit: int) -> None:
     if passed.single:  # one element each: their lengths in one pass in C
-        try:
-            longest = max(map(len, map(_ITEM, map(inputs.__getitem__, passed.strings))))
-        except TypeError:  # an element that is not a string: the backend's to refuse, not ours
-            longest = limit + 1
-        if longest * 4 <= limit:  # a str counts characters, and UTF-8 needs up to 4 bytes each
-            return
+        try:  # (a str counts characters, and UTF-8 needs up to 4 bytes each)
+            if max(map(len, map(_ITEM, map(inputs.__getitem__, passed.strings)))) * 4 <= limit:
+                return
+        except TypeError:  # an element that is not a string: the exact count below skips it
+            pass
     for name in passed.strings:  # the exact bound, and the message naming the input
         _check_string_lengths(model, name, inputs[name], limit)
 
