@@ -1,6 +1,6 @@
 """The message channel between the server and a Python model's own process.
 
-Messages are tuples ``(op, ...)`` of plain values, pickled and framed with a 4-byte length over a
+Messages are tuples ``(op, ...)`` of plain values, pickled and framed with an 8-byte length over a
 Unix socket pair; tensors of the execute path do not travel here but in shared memory
 (:mod:`triton_nb.backends._tensor_arena`). Standard library only: the model's process may run an
 interpreter of its own.
@@ -15,46 +15,77 @@ import struct
 import threading
 from typing import Any
 
+from triton_nb._sockets import send_all
+
 __all__ = ["Channel", "error_from_wire", "error_to_wire"]
 
 _HEADER = struct.Struct("<Q")
+_READ_BYTES = 1 << 16  # a batch's message (metadata only: its tensors are in shared memory) fits in one read
 
 
 class Channel:
-    """One end of the socket pair; ``send`` may be called from any thread."""
+    """One end of the socket pair; ``send`` may be called from any thread, ``recv`` from one.
+
+    The server's worker threads share one GIL with a busy front end, and every system call that
+    lets the GIL go costs the caller a wait to get it back (up to the interpreter's switch
+    interval) before it can go on with the batch. So a message is sent by a call that keeps the GIL
+    when the socket takes it at once (:func:`triton_nb._sockets.send_all`), and read, header and
+    body together, by one ``recv`` where it fits: a batch's round trip lets the GIL go once, to wait
+    for the answer."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._closed = False
+        self._buffer = bytearray(_READ_BYTES)
+        self._view = memoryview(self._buffer)
+        self._start = self._end = 0  # what has been read and not yet handed out: _buffer[_start:_end]
 
     def send(self, message: tuple[Any, ...]) -> None:
         """Send one message; raises ``OSError`` when the other side is gone."""
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         with self._send_lock:
-            self._sock.sendall(_HEADER.pack(len(data)) + data)
+            send_all(self._sock, _HEADER.pack(len(data)) + data)
 
     def recv(self) -> tuple[Any, ...] | None:
         """The next message, or None when the other side closed (or died)."""
-        header = self._read(_HEADER.size)
-        if header is None:
+        if not self._fill(_HEADER.size):
             return None
-        (length,) = _HEADER.unpack(header)
-        data = self._read(length)
-        return None if data is None else pickle.loads(data)
+        (length,) = _HEADER.unpack_from(self._buffer, self._start)
+        if not self._fill(_HEADER.size + length):
+            return None
+        body = self._view[self._start + _HEADER.size:self._start + _HEADER.size + length]
+        try:
+            return pickle.loads(body)
+        finally:
+            body.release()
+            self._start += _HEADER.size + length
+            if self._start == self._end:
+                self._start = self._end = 0
 
-    def _read(self, count: int) -> bytes | None:
-        chunks = []
-        while count:
+    def _fill(self, count: int) -> bool:
+        """Read until ``count`` bytes are buffered; False when the other side is gone."""
+        if self._end - self._start >= count:
+            return True
+        if self._start + count > len(self._buffer):  # make room: move what is left to the front, or grow
+            pending = self._end - self._start
+            if count > len(self._buffer):
+                self._view.release()
+                grown = bytearray(max(count, 2 * len(self._buffer)))
+                grown[:pending] = self._buffer[self._start:self._end]
+                self._buffer, self._view = grown, memoryview(grown)
+            else:
+                self._buffer[:pending] = self._buffer[self._start:self._end]
+            self._start, self._end = 0, pending
+        while self._end - self._start < count:
             try:
-                chunk = self._sock.recv(min(count, 1 << 20))
+                read = self._sock.recv_into(self._view[self._end:])
             except OSError:
-                return None
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            count -= len(chunk)
-        return b"".join(chunks)
+                return False
+            if not read:
+                return False
+            self._end += read
+        return True
 
     def close(self) -> None:
         if not self._closed:

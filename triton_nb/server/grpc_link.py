@@ -25,6 +25,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from triton_nb._sockets import send_all
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
 from triton_nb.server import grpc_relay as relay
 from triton_nb.server.grpc import GrpcServicer
@@ -65,7 +66,8 @@ class RelayLink(asyncio.Protocol):
     Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
     and queued; its answer is encoded and written by the model thread that finishes it, through a
     blocking duplicate of the socket under a lock — no hop back to the loop, whose thread would have
-    to win the GIL once more per call. The other calls run the servicer's coroutines as tasks.
+    to win the GIL once more per call — by a call that keeps the GIL when the socket takes the frame
+    at once (:func:`triton_nb._sockets.send_all`). The other calls run the servicer's coroutines as tasks.
     """
 
     def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
@@ -96,7 +98,7 @@ class RelayLink(asyncio.Protocol):
         data = relay.frame(kind, call_id, payload)
         with self._write_lock:
             try:
-                self._writer.sendall(data)
+                send_all(self._writer, data)  # keeps the GIL when the relay takes it at once
             except OSError:  # the relay has gone: its clients see the connection drop
                 log.debug("gRPC relay gone; answer to call %d dropped", call_id)
 
