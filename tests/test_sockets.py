@@ -109,6 +109,14 @@ def test_the_channel_reads_messages_whole_however_the_bytes_arrive():
         assert channel.recv() == ("b", None)  # two messages from one read
         assert channel.recv() == ("c",)
         writer.join()
+        huge = ("server_call", b"\x02" * (6 << 20))  # grows the buffer past what is kept once it is empty
+        frame = pickle.dumps(huge, protocol=pickle.HIGHEST_PROTOCOL)
+        writer = threading.Thread(target=ours.sendall, args=(struct.pack("<Q", len(frame)) + frame + framed[0],))
+        writer.start()
+        assert channel.recv() == huge
+        assert channel.recv() == ("a", 1)
+        writer.join()
+        assert len(channel._buffer) < 1 << 20
         ours.sendall(framed[0][:-1])
         ours.close()  # the other side ends in the middle of a message
         assert channel.recv() is None

@@ -21,6 +21,7 @@ __all__ = ["Channel", "error_from_wire", "error_to_wire"]
 
 _HEADER = struct.Struct("<Q")
 _READ_BYTES = 1 << 16  # a batch's message (metadata only: its tensors are in shared memory) fits in one read
+_KEPT_BYTES = 1 << 22  # a read buffer grown past this goes back to _READ_BYTES once it is empty
 
 
 class Channel:
@@ -62,6 +63,10 @@ class Channel:
             self._start += _HEADER.size + length
             if self._start == self._end:
                 self._start = self._end = 0
+                if len(self._buffer) > _KEPT_BYTES:  # a large message (a BLS call's tensors) came and went
+                    self._view.release()
+                    self._buffer = bytearray(_READ_BYTES)
+                    self._view = memoryview(self._buffer)
 
     def _fill(self, count: int) -> bool:
         """Read until ``count`` bytes are buffered; False when the other side is gone."""
