@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
-import sys
 import threading
 
 import pytest
@@ -71,7 +70,6 @@ class _Recording(socket.socket):
         return super().sendall(data, *args)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libc's send through ctypes is checked on Linux")
 def test_send_all_keeps_the_gil_when_the_socket_takes_the_bytes_and_waits_the_ordinary_way_otherwise():
     """Bytes the socket takes at once go through libc's ``send`` called with the GIL held; only the
     rest of a write the socket cannot take at once goes through ``sendall``, which waits with the
