@@ -46,6 +46,10 @@ def _refuses_connections(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # a connection the kernel had queued as the listening socket closed is reset, not refused:
+        # the front end has stopped listening all the same
+        return True
     return False
 
 
