@@ -1,5 +1,6 @@
-"""Test-wide set-up: the helper modules in tests/ (real_triton.py) importable everywhere, and one
-small trained fraud model shared by every test that needs one."""
+"""Test-wide set-up: the helper modules in tests/ (real_triton.py) importable everywhere, one
+small trained fraud model shared by every test that needs one, and a guard on tritonclient.http's
+destructor (below)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,28 @@ import sys
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_client_del = httpclient.InferenceServerClient.__del__
+
+
+def _client_del_outside_gevent(self: httpclient.InferenceServerClient) -> None:
+    """tritonclient.http's client closes itself in ``__del__`` through gevent, which needs the
+    current thread's gevent state. When the garbage collector happens to free a client while some
+    other thread is being torn down, that state is already gone and gevent raises
+    ``AttributeError: '_Threadlocal' object has no attribute ...`` (gevent issue 1961): an unraisable
+    exception that fails whichever test is running, though nothing was lost (the client's sockets
+    close with their own objects). Only that error is passed over; any other still fails the test."""
+    try:
+        _client_del(self)
+    except AttributeError as error:
+        if "_Threadlocal" not in str(error):
+            raise
+
+
+httpclient.InferenceServerClient.__del__ = _client_del_outside_gevent
 
 
 @pytest.fixture(scope="session")

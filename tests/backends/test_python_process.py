@@ -42,9 +42,11 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     """Y = X * 2 and the PID that computed it; TEXT echoed upper-cased. X[0] of -1 exits the
-    process, -2 sleeps (for a kill), -3 raises; -4 answers that one request with an error."""
+    process, -2 sleeps (for a kill; a file "sleeping" in the model folder says it has begun), -3
+    raises; -4 answers that one request with an error."""
 
     def initialize(self, args):
+        self.folder = args["model_repository"]
         self.logger = pb_utils.Logger
         self.logger.log_info(f"worker {args['model_instance_name']} starting in {os.getpid()}")
 
@@ -57,6 +59,7 @@ class TritonPythonModel:
             if first == -1.0:
                 os._exit(3)
             if first == -2.0:
+                open(os.path.join(self.folder, "sleeping"), "w").close()
                 time.sleep(60)
             if first == -3.0:
                 raise ValueError("asked to fail")
@@ -299,7 +302,11 @@ def test_a_killed_process_fails_its_batch_without_a_hang(tmp_path):
         pid = int(client.infer("worker", inputs()).as_numpy("PID")[0, 0])
         sockets = _open_sockets()
         sleeping = server.infer_async(InferRequest("worker", inputs(-2.0)))
-        time.sleep(0.5)
+        began = tmp_path / "worker" / "sleeping"  # the batch is in the process: killing it now fails that batch
+        deadline = time.monotonic() + 30
+        while not began.exists():
+            assert time.monotonic() < deadline, "the sleeping batch never reached the process"
+            time.sleep(0.01)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(InternalError, match=r"its Python process ended \(signal SIGKILL\)"):
             sleeping.result(timeout=30)

@@ -50,6 +50,8 @@ def _refuses_connections(port: int) -> bool:
         # a connection the kernel had queued as the listening socket closed is reset, not refused:
         # the front end has stopped listening all the same
         return True
+    except OSError:  # (a connect that timed out, say, on a loaded machine): ask again
+        return False
     return False
 
 
