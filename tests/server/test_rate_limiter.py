@@ -126,7 +126,7 @@ def test_a_priority_of_two_gets_half_the_turns():
         threads = [threading.Thread(target=contend, args=(g, n)) for g, n in ((first, "first"), (second, "second"))]
         for thread in threads:
             thread.start()
-        time.sleep(0.05)
+        wait_until(lambda: first.waiting and second.waiting, "both to wait for the resource")
     for thread in threads:
         thread.join(WAIT_S)
     granted = order[:60]
