@@ -330,8 +330,10 @@ def test_grpc_clients_that_cancel_or_time_out_mid_execution_leave_the_server_ser
                                      timeout=0.3 if index % 2 else HANG_GUARD_S) for index in range(4)]
     _eventually(lambda: served.server.pending_requests > 0, "the calls reached the model")
     time.sleep(0.05)
-    for call in cancelled:
-        call.cancel()
+    # a call whose batch finished before its cancel came (a stalled test thread) has its answer;
+    # the rest, at least the calls queued behind the first batch, are cancelled
+    in_time = [call.cancel() for call in cancelled]
+    assert any(in_time)
     for index, stream in enumerate(streams):
         if not index % 2:
             stream.cancel()
@@ -339,8 +341,8 @@ def test_grpc_clients_that_cancel_or_time_out_mid_execution_leave_the_server_ser
         with pytest.raises(grpc.RpcError) as caught:
             call.result(timeout=HANG_GUARD_S)
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    for call in cancelled:
-        assert call.cancelled()
+    for call, cancelled_in_time in zip(cancelled, in_time, strict=True):
+        assert call.cancelled() if cancelled_in_time else call.result(timeout=HANG_GUARD_S).outputs
     for index, stream in enumerate(streams):
         with pytest.raises(grpc.RpcError) as caught:
             list(stream)
