@@ -11,7 +11,6 @@ import logging
 import re
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from scale_models import SCALE_CONFIG, write_gated_model, write_python_model, write_scale_model
 from tritonclient.utils import InferenceServerException
+from waiting import wait_until
 
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import TritonNBError, wire_status
@@ -109,13 +109,6 @@ def assert_serves(paths: Paths) -> None:
     """The healthy model 'good' (Y = 2 X) answers on every path."""
     for path in PATHS:
         np.testing.assert_array_equal(paths.infer(path, "good", {"X": x(2, 3.0)}, "Y"), x(2, 6.0), err_msg=path)
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
 
 
 # ---------------------------------------------------------------------- model.py raising

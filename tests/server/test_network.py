@@ -13,9 +13,7 @@ import re
 import signal
 import socket
 import threading
-import time
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 import gevent
@@ -26,19 +24,13 @@ import tritonclient.http as httpclient
 from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model
 from serve_cli import start_serve
 from tritonclient.utils import InferenceServerException
+from waiting import wait_until
 
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, UnavailableError
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60  # the longest any wait may take: it only keeps a broken server from hanging the suite
-
-
-def wait_until(condition: Callable[[], object], what: str, pause: Callable[[float], None] = time.sleep) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        pause(0.01)
 
 
 def _refuses_connections(port: int) -> bool:

@@ -22,7 +22,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from scale_models import SCALE_CONFIG, write_python_model, write_scale_model
 from serve_cli import start_serve
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
+from waiting import wait_until
 
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import InvalidArgumentError
@@ -132,13 +133,6 @@ def _assert_serving(served: _Served) -> None:
     assert status == 200 and json.loads(body)["outputs"][0]["data"] == [2.0, 4.0], body
     response = served.stub.ModelInfer(_grpc_request(), timeout=HANG_GUARD_S)
     assert struct.unpack("<2f", response.raw_output_contents[0]) == (2.0, 4.0)
-
-
-def _eventually(condition: Callable[[], bool], what: str, timeout_s: float = HANG_GUARD_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
-        time.sleep(0.05)
 
 
 def _fds(pid: int | str = "self") -> int:
@@ -284,7 +278,7 @@ def test_hundreds_of_idle_connections_are_served_around_then_closed(served, erro
             client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
             assert client.recv(65536).startswith(b"HTTP/1.1 200")
         _assert_serving(served)  # served promptly with all of them open
-        _eventually(lambda: _fds(relay) >= relay_fds_before + len(grpc_idle), "the relay accepted them")
+        wait_until(lambda: _fds(relay) >= relay_fds_before + len(grpc_idle), "the relay accepted them")
         # blank lines are not a request: they do not keep a connection open
         deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
@@ -308,8 +302,8 @@ def test_hundreds_of_idle_connections_are_served_around_then_closed(served, erro
         for client in idle + grpc_idle + used + [blank]:
             client.close()
     # closed here, the server's ends go too: nothing left growing in either process
-    _eventually(lambda: _fds() <= fds_before + 5, "file descriptors back to what they were")
-    _eventually(lambda: _fds(relay) <= relay_fds_before + 5, "the relay's file descriptors back")
+    wait_until(lambda: _fds() <= fds_before + 5, "file descriptors back to what they were")
+    wait_until(lambda: _fds(relay) <= relay_fds_before + 5, "the relay's file descriptors back")
     assert _threads(relay) <= relay_threads_before + 2
     _assert_serving(served)
     assert not errors.records, errors.report()
@@ -328,7 +322,7 @@ def test_grpc_clients_that_cancel_or_time_out_mid_execution_leave_the_server_ser
     release = threading.Event()
     streams = [stub.ModelStreamInfer(_one_then_wait(_grpc_request("slow"), release),
                                      timeout=0.3 if index % 2 else HANG_GUARD_S) for index in range(4)]
-    _eventually(lambda: served.server.pending_requests > 0, "the calls reached the model")
+    wait_until(lambda: served.server.pending_requests > 0, "the calls reached the model")
     time.sleep(0.05)
     # a call whose batch finished before its cancel came (a stalled test thread) has its answer;
     # the rest, at least the calls queued behind the first batch, are cancelled
@@ -350,8 +344,8 @@ def test_grpc_clients_that_cancel_or_time_out_mid_execution_leave_the_server_ser
         assert caught.value.code() == expected
     release.set()
     # the model finishes what it had; nothing is left pending, and no stream is left open
-    _eventually(lambda: served.server.pending_requests == 0, "no request pending")
-    _eventually(lambda: not link._streams and not link._tasks, "no stream left open on the server")
+    wait_until(lambda: served.server.pending_requests == 0, "no request pending")
+    wait_until(lambda: not link._streams and not link._tasks, "no stream left open on the server")
     _assert_serving(served)
     stream_answers = list(stub.ModelStreamInfer(iter([_grpc_request("slow")]), timeout=HANG_GUARD_S))
     assert len(stream_answers) == 1 and not stream_answers[0].error_message
@@ -453,7 +447,7 @@ def test_stop_answers_or_fails_every_request_in_flight_over_http_and_grpc(repo, 
     relay = frontends._grpc.process
     http_calls, grpc_calls, pool, channel = _fire(server.http_port, server.grpc_port)
     try:
-        _eventually(lambda: server.pending_requests == 2 * IN_FLIGHT, "every request in flight")
+        wait_until(lambda: server.pending_requests == 2 * IN_FLIGHT, "every request in flight")
         gate.touch()
         started = time.monotonic()
         server.stop()
@@ -484,7 +478,7 @@ def test_a_request_still_arriving_when_the_server_stops_gets_408_after_the_exit_
     server = serve(repo, http_port=0, exit_timeout_secs=1.0)
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=HANG_GUARD_S) as client:
         client.sendall(b"POST /v2/models/scale/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-        _eventually(lambda: server._frontends._uvicorn[0].server_state.tasks, "the request reached the application")
+        wait_until(lambda: server._frontends._uvicorn[0].server_state.tasks, "the request reached the application")
         server.stop()
         answer = b""
         while chunk := client.recv(65536):
@@ -507,7 +501,7 @@ def test_a_stop_that_outlasts_the_front_ends_grace_still_answers_every_request(r
         http_calls = [pool.submit(_http_outcome, server.http_port) for _ in range(4)]
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         grpc_calls = [stub.ModelInfer.future(_grpc_request("gated"), timeout=HANG_GUARD_S * 2) for _ in range(4)]
-        _eventually(lambda: server.pending_requests == 8, "one batch of 8 executing")
+        wait_until(lambda: server.pending_requests == 8, "one batch of 8 executing")
         server.stop()
         http_outcomes, grpc_outcomes = _outcomes(http_calls, grpc_calls)
     finally:
@@ -559,7 +553,7 @@ def test_sigterm_to_triton_nb_serve_answers_requests_in_flight_and_exits_0(repo,
         (relay,) = _children(process.pid)
         http_calls, grpc_calls, pool, channel = _fire(ports["HTTPService"], ports["GRPCInferenceService"])
         # one batch of 8 waits at the gate, the other 56 requests are queued: all 64 are in flight
-        _eventually(lambda: _queued(ports["Metrics"]) == 2 * IN_FLIGHT - 8, "every request in flight")
+        wait_until(lambda: _queued(ports["Metrics"]) == 2 * IN_FLIGHT - 8, "every request in flight")
         if target == "process":
             process.send_signal(signal.SIGTERM)
         else:  # as systemd does by default: the relay gets it too
@@ -584,4 +578,4 @@ def test_sigterm_to_triton_nb_serve_answers_requests_in_flight_and_exits_0(repo,
     # the exit timeout is ample: every request in flight gets its result, over both protocols
     assert http_outcomes == [("200", "")] * IN_FLIGHT
     assert grpc_outcomes == [("OK", "")] * IN_FLIGHT
-    _eventually(lambda: _gone(relay), "the gRPC relay process is gone")
+    wait_until(lambda: _gone(relay), "the gRPC relay process is gone")

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 from rate_limited_models import write_held_models
+from waiting import wait_until
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server.rate_limiter import RateLimiter, Resource, parse_rate_limit_resource
@@ -131,13 +132,6 @@ def test_a_priority_of_two_gets_half_the_turns():
         thread.join(WAIT_S)
     granted = order[:60]
     assert granted.count("first") > granted.count("second") > 0
-
-
-def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 class _GrpcCalls:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model, write_scale_model
+from waiting import wait_until
 
 import triton_nb
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -28,13 +27,6 @@ def threads_now() -> set[str]:
 
 
 WAIT_S = 60  # the longest any wait may take: it only keeps a broken server from hanging the suite
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_serve_returns_at_once_and_stop_joins_everything(repo):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from triton_nb import serve
 from triton_nb.perf.inputs import request_inputs
@@ -62,9 +63,6 @@ def test_a_short_soak_answers_everything_and_grows_nothing(fraud_server, path):
     assert failed == 0 and answered > 100
     # the load's own threads are joined; the server's pool is what it was (a loaded machine may take a
     # while to end the threads that were winding down)
-    deadline = time.monotonic() + 30
-    while threading.active_count() > threads_before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert threading.active_count() <= threads_before
+    wait_until(lambda: threading.active_count() <= threads_before, "the load's threads to end", timeout_s=30)
     assert _rss_mb() - rss_before < RSS_BOUND_MB
     assert server.pending_requests == 0  # nothing left waiting

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import struct
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from waiting import wait_until
 
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
@@ -105,13 +105,6 @@ model_warmup [ {samples} ]
 def events(folder: Path) -> list[dict]:
     path = folder / "events.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
 
 
 def user_x(rows: int = 1) -> np.ndarray:
