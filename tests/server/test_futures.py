@@ -2,11 +2,11 @@
 
 import asyncio
 import threading
-import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, as_completed, wait
 from concurrent.futures import TimeoutError as FutureTimeoutError
 
 import pytest
+from waiting import wait_until
 
 from triton_nb.server.futures import ResponseFuture
 
@@ -57,10 +57,8 @@ def _blocked_count(future: ResponseFuture) -> int:
 
 
 def _wait_blocked(future: ResponseFuture, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while _blocked_count(future) < count:
-        assert time.monotonic() < deadline, f"{count} callers never blocked"
-        time.sleep(0.001)
+    wait_until(lambda: _blocked_count(future) >= count, f"{count} callers blocked in the future",
+               every_s=0.001)
 
 
 @pytest.mark.parametrize("outcome", ["result", "exception", "cancel"])
@@ -118,8 +116,8 @@ def test_blocked_callers_and_the_standard_library_wait_share_one_outcome():
     _wait_blocked(future, 1)
     waiting = threading.Thread(target=lambda: answers.append(len(wait([future], timeout=10).done)))
     waiting.start()
-    while future._cond is None:  # wait() builds the condition; the blocked caller does not need it
-        time.sleep(0.001)
+    # wait() builds the condition; the blocked caller does not need it
+    wait_until(lambda: future._cond is not None, "wait() to build the condition", every_s=0.001)
     future.set_result("both")
     for thread in (blocked, waiting):
         thread.join(10)
