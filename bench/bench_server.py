@@ -630,9 +630,11 @@ def main() -> None:
             ("ceiling one cpu", lambda: handoff_ceiling_one_cpu(args.seconds, warmup)),
             ("chain", lambda: chain_latency(min(args.seconds, 1.0))),
             ("big", lambda: sequential_rows_per_second(client, big, args.seconds)),
+            # the floor's own candidates, called as a step's worker calls them at one in flight
             ("tree after sleep", lambda: median_call_after_sleep(
-                lambda item: floor.backend.execute(item[1]), single_features, AFTER_SLEEP_S)),
-            ("encoder after sleep", lambda: median_call_after_sleep(floor.encoder.transform, singles, AFTER_SLEEP_S)),
+                floor.trees()["FilBackend"], single_features, AFTER_SLEEP_S)),
+            ("encoder after sleep", lambda: median_call_after_sleep(
+                floor.preprocessing["shipped encoder"], singles, AFTER_SLEEP_S)),
         ]
         for round_index in range(args.rounds):
             order = steps if round_index % 2 == 0 else steps[::-1]
@@ -708,8 +710,8 @@ def main() -> None:
                          f"{median(f'{key} {name} compute') * 1e6:,.1f} us" for name in STEPS)
         print(f"  {label + ':':<16} {text}")
 
-    # At one request in flight each step's worker sleeps between requests: the same calls made
-    # after a sleep of the c=1 period cost what the steps' compute costs there (server statistics).
+    # At one request in flight each step's worker sleeps between requests: the floor's calls made
+    # after a sleep of about the c=1 period show what that costs the work itself.
     cold_tree, cold_encoder = median("tree after sleep"), median("encoder after sleep")
     hot_tree = statistics.median(floor_candidates[1]["FilBackend"])
     hot_encoder = statistics.median(floor_candidates[1]["shipped encoder"])
