@@ -49,9 +49,8 @@ class TritonPythonModel:
                     batch[name] = tensor.as_numpy()
             batches.append(batch)
         try:
-            if len(batches) == 1:  # the one-request batch, common at low load: nothing to join or split
-                if len(batches[0]) < len(columns):
-                    raise KeyError("missing input")
+            if len(batches) == 1 and len(batches[0]) == len(columns):
+                # the one-request batch, common at low load: nothing to join or split
                 features = self._features(batches[0])
                 return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", features)])]
             # One vectorised pass over every request of the batch, split afterwards.
