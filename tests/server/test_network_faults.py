@@ -579,3 +579,52 @@ def test_sigterm_to_triton_nb_serve_answers_requests_in_flight_and_exits_0(repo,
     assert http_outcomes == [("200", "")] * IN_FLIGHT
     assert grpc_outcomes == [("OK", "")] * IN_FLIGHT
     wait_until(lambda: _gone(relay), "the gRPC relay process is gone")
+
+
+# ---------------------------------------------------------------------------------------- one connection, many requests
+def _read_responses(client: socket.socket, count: int, heads_only: tuple[int, ...] = ()
+                    ) -> list[tuple[int, dict[str, str], bytes]]:
+    """``count`` responses off one connection, in order; those at ``heads_only`` (answers to HEAD)
+    have no body whatever their content-length says."""
+    buffer, answers = b"", []
+    while len(answers) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = client.recv(65536)
+            assert chunk, (answers, buffer)
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        status, headers, _ = _parse_answer(head + b"\r\n\r\n")
+        length = 0 if len(answers) in heads_only else int(headers.get("content-length", "0"))
+        while len(buffer) < length:
+            chunk = client.recv(65536)
+            assert chunk, (answers, buffer)
+            buffer += chunk
+        answers.append((status, headers, buffer[:length]))
+        buffer = buffer[length:]
+    return answers
+
+
+def test_pipelined_head_expect_continue_and_infer_requests_on_one_connection_are_all_answered(served, errors):
+    infer = (f"POST /v2/models/scale/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(GOOD_BODY)}\r\n\r\n"
+             .encode() + GOOD_BODY)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=HANG_GUARD_S) as client:
+        # three requests in one send (pipelined): an inference, a HEAD, another inference
+        client.sendall(infer + b"HEAD /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n" + infer)
+        answers = _read_responses(client, 3, heads_only=(1,))
+        assert [status for status, _, _ in answers] == [200, 405, 200]  # HEAD: Triton's routes are GET
+        assert int(answers[1][1]["content-length"]) > 0  # announced, and not sent: the next answer parses
+        for _, _, body in answers[0::2]:
+            assert json.loads(body)["outputs"][0]["data"] == [2.0, 4.0]
+        # a client that waits for 100 Continue before its body gets it, then its answer
+        client.sendall(f"POST /v2/models/scale/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       f"Content-Length: {len(GOOD_BODY)}\r\n\r\n".encode())
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = client.recv(65536)
+            assert chunk, interim
+            interim += chunk
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n")
+        client.sendall(GOOD_BODY)
+        status, _, body = _read_responses(client, 1)[0]
+        assert status == 200 and json.loads(body)["outputs"][0]["data"] == [2.0, 4.0]
+    assert not errors.records, errors.report()
