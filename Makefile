@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 # The tests also run a real Triton server: the tritonserver binary that nvidia-pytriton ships
 # (--no-deps: its numpy<2 pin would downgrade the whole environment). Triton's Python-backend
 # stub is built against numpy 1.x, so it gets its own numpy<2 packages, searched first
-# (see tests/real_triton.py).
+# (see tests/helpers/real_triton.py).
 $(BIN)/.triton-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet --no-warn-conflicts --no-deps nvidia-pytriton==0.7.0
 	$(BIN)/python -m pip install --quiet --no-warn-conflicts --upgrade --target $(VENV)/triton-stub-site \
@@ -89,10 +89,10 @@ bench: $(BIN)/.triton-installed wrk
 	$(BIN)/python bench/bench_frontends.py
 
 # Regenerate the checked-in example repository (tests/repository/test_reference_repository.py
-# checks it is current). git keeps no empty folders, hence the .gitkeep in the ensemble's 1/.
+# checks it is current): `triton-nb export --out model_repository --overwrite`, then a header in each
+# config and Python file naming its source, a README.md, and the .gitkeep of the ensemble's empty 1/.
 repository: $(BIN)/.installed
-	$(BIN)/triton-nb export --out model_repository --overwrite
-	touch model_repository/ensemble/1/.gitkeep
+	$(BIN)/python tools/reference_repository.py model_repository
 
 clean:
 	rm -rf $(VENV) triton-nb-demo .pytest_cache .ruff_cache
