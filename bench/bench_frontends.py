@@ -2,7 +2,7 @@
 
 One run, one machine, one trained fraud model, served in turn by
 
-* real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/real_triton.py);
+* real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/helpers/real_triton.py);
   that build has no FIL backend, so the tree model is exported as its Python-backend twin
   (``model_backend="python"``);
 * triton_nb (``triton-nb serve``, the command a deployment runs, in a process of its own so the
@@ -421,8 +421,9 @@ def triton_nb_server(repo: Path, log_path: Path, flags: tuple[str, ...] = ()):
 
 @contextlib.contextmanager
 def real_triton_server(repo: Path):
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from real_triton import RealTritonServer
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # the tests' helpers are the package tests.helpers
+    from tests.helpers.real_triton import RealTritonServer
 
     with RealTritonServer(repo) as server:
         yield server.http_url, server.grpc_url

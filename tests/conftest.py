@@ -1,16 +1,12 @@
-"""Test-wide set-up: the helper modules in tests/ (real_triton.py) importable everywhere, one
-small trained fraud model shared by every test that needs one, and a guard on tritonclient.http's
-destructor (below)."""
+"""Test-wide set-up: one small trained fraud model shared by every test that needs one, and a guard
+on tritonclient.http's destructor (below). The helper modules are the package tests/helpers
+(``from tests.helpers.real_triton import ...``), importable because pyproject.toml's pytest
+``pythonpath`` puts the repository root on sys.path."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import tritonclient.http as httpclient
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _client_del = httpclient.InferenceServerClient.__del__
 

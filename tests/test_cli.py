@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from triton_nb.cli import main
 from triton_nb.fraud import TABFORMER_COLUMNS, TrainedFraudModel, load_tabformer_csv
@@ -60,6 +61,7 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
     assert bad.returncode == 2 and "--rows" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_the_demo_trains_serves_over_every_protocol_sweeps_and_reports(tmp_path, capfd, monkeypatch):
     # a cache of its own: the FIL model is compiled here, which is when tl2cgen logs
     monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "cache"))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,11 +12,9 @@ import pandas as pd
 import pytest
 
 import triton_nb
+from tests.helpers.scale_models import write_gated_model, write_python_model
 from triton_nb import fraud
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from scale_models import write_gated_model, write_python_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,19 +7,15 @@ completes the config of a model that names only the backend, as Triton runs it."
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "backends"))
-from custom_backends import SCALED, X, write_scaled_models, write_scaler_backend, write_tripler
 
 import triton_nb
+from tests.helpers.custom_backends import SCALED, X, write_scaled_models, write_scaler_backend, write_tripler
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 
 
 def _observe(urls: dict[str, str]) -> dict:
@@ -36,7 +32,7 @@ def _observe(urls: dict[str, str]) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_a_python_based_backend_serves_as_on_triton(tmp_path, server):
     repo, backends = tmp_path / "repo", tmp_path / "backends"
     repo.mkdir()
@@ -57,7 +53,8 @@ def test_a_python_based_backend_serves_as_on_triton(tmp_path, server):
     assert seen["config"] == ("scaler", "model.py")  # Triton reports the Python-based backend's runtime
 
 
-@pytest.mark.parametrize("server", ["triton_nb", "triton_nb_process", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", "triton_nb_process",
+                                    pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_a_python_based_backend_completes_its_models_config_as_on_triton(tmp_path, server):
     """A model whose config names only its Python-based backend: the backend's model.py
     ``auto_complete_config`` declares its tensors and batch size (where the instances run: in

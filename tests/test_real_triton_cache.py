@@ -7,7 +7,6 @@ models' ``response_cache`` flag then does nothing, but their series are there at
 from __future__ import annotations
 
 import re
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 
+from tests.helpers.cache_models import CACHE, write_ensemble, write_pair  # the same models as the in-kernel tests
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 from triton_nb import serve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from test_cache import CACHE, write_ensemble, write_pair  # the same models as the in-kernel tests
+pytestmark = pytest.mark.real_triton
 
 SIZE = 1 << 20
 X1 = np.array([[1.0, 2.0]], dtype=np.float32)

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, TritonServerCrashed, tritonserver_unavailable_reason
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from scale_models import write_gated_model
+from tests.helpers.real_triton import RealTritonServer, TritonServerCrashed, tritonserver_unavailable_reason
+from tests.helpers.scale_models import write_gated_model
+
+pytestmark = pytest.mark.real_triton
 
 WAIT_S = 60
 

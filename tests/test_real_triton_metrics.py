@@ -8,7 +8,6 @@ mode none. (Latency values differ, as they would between two runs of one server.
 from __future__ import annotations
 
 import http.client
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,13 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 from tritonclient.utils import InferenceServerException
 
+from tests.helpers.metrics_models import (  # the in-kernel tests' models
+    SUMMARIES,
+    parse_metrics,
+    write_counted,
+    write_loader,
+)
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 from triton_nb import serve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from test_metrics_extra import SUMMARIES, parse_metrics, write_counted, write_loader  # the in-kernel tests' models
+pytestmark = pytest.mark.real_triton
 
 COMPARED = (*SUMMARIES, "custom_requests_total", "custom_last_rows", "custom_input_sum", "nv_cpu_utilization",
             "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", "nv_inference_request_success",
@@ -125,6 +129,7 @@ def _custom_values(families: dict[str, dict]) -> dict[str, set[tuple[str, tuple[
                    families[name]["samples"]} for name in CUSTOM if name in families}
 
 
+@pytest.mark.slow
 def test_custom_metrics_summaries_and_the_model_loading_api_match_real_triton(tmp_path):
     _require_tritonserver()
     repo = tmp_path / "repo"

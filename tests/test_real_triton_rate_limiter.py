@@ -5,19 +5,16 @@ with stock tritonclient to both."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from rate_limited_models import write_held_models
 
 import triton_nb
+from tests.helpers.rate_limited_models import write_held_models
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 
 WAIT_S = 60
 CASES = {  # tritonserver flags -> do the two run together?
@@ -71,7 +68,7 @@ def _flags_as_options(flags: tuple[str, ...]) -> dict:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_held_models_share_one_resource_as_triton_schedules_them(tmp_path, server, case):
     flags, expected = CASES[case]
     folders = write_held_models(tmp_path)

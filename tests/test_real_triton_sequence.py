@@ -6,18 +6,16 @@ prefix) may differ."""
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from sequence_models import (
+import triton_nb
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
+from tests.helpers.sequence_models import (
     BY_SLOT,
     CARD_TOTALS,
     INTERLEAVED,
@@ -29,8 +27,6 @@ from sequence_models import (
     write_accumulators,
     write_sequence_models,
 )
-
-import triton_nb
 
 
 def _connect(urls: dict[str, str], protocol: str):
@@ -87,7 +83,7 @@ EXPECTED_HEAD = ([(count, total) for *_, count, total in INTERLEAVED] + [(count,
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_sequences_answer_as_triton_answers_them(tmp_path, server, protocol):
     write_sequence_models(tmp_path)
     if server == "real_triton":
@@ -122,7 +118,7 @@ def _statistics_after_slots(http_url: str) -> dict:
             "batches": {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}}
 
 
-@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_sequence_statistics_count_as_triton_counts_them(tmp_path, server):
     """Null requests pad the batch sizes of batch_stats but are no inferences (Triton 2.51: the same)."""
     write_sequence_models(tmp_path)
@@ -151,7 +147,7 @@ def _observe_oldest_and_state(urls: dict[str, str], protocol: str) -> tuple[list
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-@pytest.mark.parametrize("server", ["triton_nb", "real_triton"])
+@pytest.mark.parametrize("server", ["triton_nb", pytest.param("real_triton", marks=pytest.mark.real_triton)])
 def test_the_oldest_strategy_and_implicit_state_as_triton_serves_them(tmp_path, server, protocol):
     """The oldest strategy answers as Triton does. Implicit state: both servers hand a Python model
     the state input, the zero initial state on START; Triton's Python backend never carries the

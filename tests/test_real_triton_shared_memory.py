@@ -10,20 +10,15 @@ tests/frontends/test_shared_memory.py)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 
-from triton_nb import serve
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "frontends"))
-from test_shared_memory import (  # the same models, sequence and cases as the in-kernel tests
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
+from tests.helpers.shared_memory_cases import (  # the same models, sequence and cases as the in-kernel tests
     ERROR_WORDS,
     EXPECTED_SEQUENCE,
     OUR_CODES,
@@ -35,6 +30,9 @@ from test_shared_memory import (  # the same models, sequence and cases as the i
     run_sequence,
     write_models,
 )
+from triton_nb import serve
+
+pytestmark = pytest.mark.real_triton
 
 
 def _require_tritonserver() -> None:

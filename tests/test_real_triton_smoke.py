@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
+
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
+
+pytestmark = pytest.mark.real_triton
 
 CONFIG = """\
 name: "add_sub"

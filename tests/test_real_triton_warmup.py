@@ -20,10 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 from tritonclient.utils import InferenceServerException
 
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 from triton_nb import serve
+
+pytestmark = pytest.mark.real_triton
 
 MODEL = '''
 import json

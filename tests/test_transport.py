@@ -4,15 +4,11 @@ and over gRPC, against one in-kernel server serving all three."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "server"))
-from scale_models import write_scale_model
-
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.transport import PROTOCOLS, GrpcTransport, HttpTransport, InProcessTransport, Transport, connect

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from custom_backends import (
+
+from tests.helpers.custom_backends import (
     SCALED,
     Negate,
     X,
@@ -21,7 +21,7 @@ from custom_backends import (
     write_scaled_models,
     write_scaler_backend,
 )
-
+from tests.helpers.serve_cli import start_serve
 from triton_nb import serve
 from triton_nb.backends import register_backend, registered_backends, unregister_backend
 from triton_nb.backends.base import Backend
@@ -162,11 +162,6 @@ def test_validate_warns_about_a_backend_that_is_not_built_in(tmp_path):
 
 
 def test_triton_nb_serve_takes_a_backend_directory(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-    try:
-        from serve_cli import start_serve
-    finally:
-        sys.path.pop(0)
     repo, backends = tmp_path / "repo", tmp_path / "backends"
     repo.mkdir()
     write_scaler_backend(backends)

@@ -224,6 +224,7 @@ def _onnxruntime_runs_on_cuda() -> bool:
         return False
 
 
+@pytest.mark.gpu
 def test_kind_gpu_needs_a_usable_gpu(exported, data):
     """With onnxruntime-gpu, KIND_GPU runs on CUDA when a GPU is usable and fails the load,
     naming the model, when none is: never silently on the CPU. (Without onnxruntime-gpu the

@@ -12,8 +12,8 @@ from concurrent.futures import Future
 import numpy as np
 import pandas as pd
 import pytest
-from python_models import SIMPLE_CONFIG, FakeServer, request, write_model
 
+from tests.helpers.python_models import SIMPLE_CONFIG, FakeServer, request, write_model
 from triton_nb import fraud
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import ModelContext

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 import pytest
-from python_models import SIMPLE_CONFIG, request, write_model
 
+from tests.helpers.python_models import SIMPLE_CONFIG, request, write_model
 from triton_nb.errors import InternalError
 from triton_nb.tensors import InferRequest
 

@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from python_models import SIMPLE_CONFIG, request, write_model
 
+from tests.helpers.python_models import SIMPLE_CONFIG, request, write_model
 from triton_nb.backends import pb_utils
 from triton_nb.backends.python import PythonBackend
 from triton_nb.tensors import InferRequest, InferResponse

@@ -3,13 +3,11 @@ give the same features, and the row path leaves every unusual value to the colum
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.fraud_reference import as_triton_request, messy_rows, reference
 from triton_nb.fraud import FraudPreprocessor, generate_transactions
 from triton_nb.fraud.encoding import (
     ENCODED_COLUMNS,
@@ -25,9 +23,6 @@ from triton_nb.fraud.encoding import numeric as numeric_rules
 from triton_nb.fraud.encoding import rows as row_path
 from triton_nb.fraud.encoding import spellings as spelling_tables
 from triton_nb.fraud.encoding import text as text_rules
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_features import as_triton_request, messy_rows, reference
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from conformance_helpers import (
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import triton_to_np_dtype
+
+from tests.helpers.conformance_helpers import (
     ADD_SUB_INPUTS,
     ADD_SUB_OUTPUTS,
     MODELS,
@@ -41,9 +44,7 @@ from conformance_helpers import (
     sample,
     server_error,
 )
-from conformance_repo import DATATYPES
-from tritonclient.grpc import model_config_pb2
-from tritonclient.utils import triton_to_np_dtype
+from tests.helpers.conformance_repo import DATATYPES
 
 # ------------------------------------------------------------------------------ 1. health and metadata
 

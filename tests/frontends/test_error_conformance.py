@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conformance_helpers import (
+
+from tests.helpers.conformance_helpers import (
     MODELS,
     NO_ID,
     SHAPE_NOTE,
@@ -28,7 +29,7 @@ from conformance_helpers import (
     raw_http,
     server_error,
 )
-from conformance_repo import FAILS_MESSAGE
+from tests.helpers.conformance_repo import FAILS_MESSAGE
 
 # ---------------------------------------------------------------------------------- inference errors
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conformance_servers import SERVER_KINDS, start_server
 
+from tests.helpers.conformance_servers import SERVER_PARAMS, start_server
 from triton_nb.fraud import request_tensors
 from triton_nb.repository import export_fraud_repository
 
@@ -55,7 +55,7 @@ def _grpc_inputs(data: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:
     return inputs
 
 
-@pytest.mark.parametrize("kind", SERVER_KINDS)
+@pytest.mark.parametrize("kind", SERVER_PARAMS)
 def test_fraud_ensemble_predictions(kind, fraud_repo, rows, trained):
     expected = trained.predict(rows)
     server = start_server(kind, fraud_repo)

@@ -12,9 +12,10 @@ from typing import Any
 
 import grpc
 import pytest
-from conformance_helpers import raw_http
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
+
+from tests.helpers.conformance_helpers import raw_http
 
 PROTOCOLS = ("http", "grpc")
 HUGE = "99999999999999999999"  # digits, so an HTTP route; past int64, so no version

@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conformance_repo import write_conformance_repo
-from conformance_servers import SERVER_KINDS, start_server
 
+from tests.helpers.conformance_repo import write_conformance_repo
+from tests.helpers.conformance_servers import SERVER_KINDS, start_server
 from triton_nb.fraud import request_tensors
 from triton_nb.repository import export_fraud_repository
+
+pytestmark = pytest.mark.real_triton
 
 
 def _ask(url: str, body: dict | None = None) -> Any:

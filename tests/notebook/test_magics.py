@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +12,10 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import triton_nb
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import fraud
 from triton_nb.fraud import label_predictions
 from triton_nb.notebook.magics import TritonMagics
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from scale_models import write_scale_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = "X_0,X_1\n1,2\n3,4\n"

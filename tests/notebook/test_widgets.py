@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from scale_models import write_scale_model
-
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.notebook import widgets as widgets_module
 from triton_nb.repository.config import load_config

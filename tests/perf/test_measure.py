@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
-from scale_models import write_picky_model, write_scale_model
-
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
+from tests.helpers.scale_models import write_picky_model, write_scale_model
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import load as load_module
@@ -360,6 +356,7 @@ def test_measure_refuses_what_it_cannot_do(scale_server):
         measure(bare, "scale", concurrency_range=[1], protocol="http")
 
 
+@pytest.mark.real_triton
 def test_measuring_a_real_triton(tmp_path):
     reason = tritonserver_unavailable_reason()
     if reason is not None:

@@ -6,17 +6,13 @@ from __future__ import annotations
 import gzip
 import json
 import socket
-import sys
 import zlib
 from http.client import HTTPResponse
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from scale_models import SCALE_MODEL
-
+from tests.helpers.scale_models import SCALE_MODEL
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import measure

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-
-from scale_models import write_picky_model, write_scale_model
-
+from tests.helpers.scale_models import write_picky_model, write_scale_model
 from triton_nb import serve
 from triton_nb.cli import main
 from triton_nb.repository.config import load_config
@@ -180,7 +175,7 @@ def measured_options(monkeypatch):
 
 
 def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, measured_options):
-    from sequence_models import write_sequence_models
+    from tests.helpers.sequence_models import write_sequence_models
 
 
     write_sequence_models(tmp_path / "seq")

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from scale_models import write_echo_model, write_scale_model
-from sequence_models import write_sequence_models
-
+from tests.helpers.scale_models import write_echo_model, write_scale_model
+from tests.helpers.sequence_models import write_sequence_models
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import load as load_module

@@ -5,16 +5,13 @@ in-kernel server."""
 from __future__ import annotations
 
 import importlib
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "server"))
-from scale_models import write_scale_model
-
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import tune

@@ -13,11 +13,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import xgboost as xgb
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
 from tritonclient.utils import InferenceServerException
 
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 from triton_nb.fraud import request_tensors
 from triton_nb.repository import export_fraud_repository
+
+pytestmark = [pytest.mark.real_triton, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", autouse=True)

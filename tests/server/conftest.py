@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scale_models import write_scale_model
+
+from tests.helpers.scale_models import write_scale_model
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import re
 import threading
 import urllib.request
 from concurrent.futures import Future
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import DECOUPLED_CONFIG, write_python_model, write_scale_model
 
+from tests.helpers.cache_models import CACHE, write_ensemble, write_pair
+from tests.helpers.scale_models import DECOUPLED_CONFIG, write_python_model, write_scale_model
 from triton_nb import perf, serve
 from triton_nb.cli import main
 from triton_nb.errors import InvalidArgumentError
@@ -37,58 +37,7 @@ from triton_nb.server.cache import (
 from triton_nb.server.stats import ModelStats, ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
-CACHE = "response_cache { enable: true }"
 MB = 1 << 20
-
-PAIR_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-output [ {{ name: "DOUBLE" data_type: TYPE_FP32 dims: [ -1 ] }}, {{ name: "PLUS" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-{extra}
-"""
-
-PAIR_MODEL = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    """DOUBLE = 2 X, PLUS = X + 1; a request with a NaN fails."""
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            if not np.isfinite(x).all():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("X has NaN")))
-                continue
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("DOUBLE", x * 2), pb_utils.Tensor("PLUS", x + 1)]))
-        return responses
-'''
-
-ENSEMBLE_CONFIG = """
-name: "{name}"
-platform: "ensemble"
-max_batch_size: 8
-input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-ensemble_scheduling {{ step [ {{ model_name: "{inner}" model_version: -1
-  input_map {{ key: "X" value: "IN" }} output_map {{ key: "DOUBLE" value: "OUT" }} }} ] }}
-{extra}
-"""
-
-
-def write_pair(repo: Path, name: str = "pair", extra: str = CACHE) -> None:
-    write_python_model(repo, name, PAIR_CONFIG.format(name=name, extra=extra), PAIR_MODEL)
-
-
-def write_ensemble(repo: Path, name: str, inner: str, extra: str = "") -> None:
-    folder = repo / name
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(ENSEMBLE_CONFIG.format(name=name, inner=inner, extra=extra))
 
 
 def model_stats(server, name: str) -> dict:
@@ -584,7 +533,7 @@ def test_http_grpc_and_metrics_serve_from_the_cache(tmp_path):
 
 
 def test_the_serve_command_starts_a_cache(tmp_path):
-    from serve_cli import start_serve
+    from tests.helpers.serve_cli import start_serve
 
     write_scale_model(tmp_path, "scale", extra=f"dynamic_batching {{ }}\n{CACHE}")
     process, ports, _ = start_serve(tmp_path, "--cache-config", f"local,size={MB}")

@@ -2,8 +2,7 @@
 
 import gc
 
-from scale_models import write_scale_model
-
+from tests.helpers.scale_models import write_scale_model
 from triton_nb.serving import serve
 
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import SCALE_CONFIG, write_gated_model, write_python_model, write_scale_model
 from tritonclient.utils import InferenceServerException
-from waiting import wait_until
 
+from tests.helpers.scale_models import SCALE_CONFIG, write_gated_model, write_python_model, write_scale_model
+from tests.helpers.waiting import wait_until
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import TritonNBError, wire_status
 from triton_nb.repository import export_fraud_repository, export_tree_model

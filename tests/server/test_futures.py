@@ -6,8 +6,8 @@ from concurrent.futures import CancelledError, Future, InvalidStateError, as_com
 from concurrent.futures import TimeoutError as FutureTimeoutError
 
 import pytest
-from waiting import wait_until
 
+from tests.helpers.waiting import wait_until
 from triton_nb.server.futures import ResponseFuture
 
 

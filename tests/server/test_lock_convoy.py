@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scale_models import write_scale_model
 
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb._locks import YieldingLock
 from triton_nb.perf.load import InProcessLoad

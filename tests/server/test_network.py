@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model
-from serve_cli import start_serve
 from tritonclient.utils import InferenceServerException
-from waiting import wait_until
 
+from tests.helpers.scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model
+from tests.helpers.serve_cli import start_serve
+from tests.helpers.waiting import wait_until
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, UnavailableError
 

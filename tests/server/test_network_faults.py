@@ -30,12 +30,12 @@ from typing import Any
 
 import grpc
 import pytest
-from scale_models import SCALE_CONFIG, write_python_model, write_scale_model
-from serve_cli import start_serve
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
-from waiting import wait_until
 
+from tests.helpers.scale_models import SCALE_CONFIG, write_python_model, write_scale_model
+from tests.helpers.serve_cli import start_serve
+from tests.helpers.waiting import wait_until
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server import network

@@ -27,10 +27,10 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from scale_models import write_scale_model
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 
 MAX_BODY = 1 << 20

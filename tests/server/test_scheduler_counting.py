@@ -150,8 +150,7 @@ def test_served_requests_are_counted_once_each_whichever_way_they_end(tmp_path):
     cancelled while its step runs; every count lands once and both pending gauges return to 0."""
     import time
 
-    from scale_models import write_gated_model
-
+    from tests.helpers.scale_models import write_gated_model
     from triton_nb.serving import serve
 
     gate = write_gated_model(tmp_path)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from sequence_models import BY_SLOT, INTERLEAVED, NO_ID, NO_START, error_of, send, write_sequence_models
 
+from tests.helpers.sequence_models import BY_SLOT, INTERLEAVED, NO_ID, NO_START, error_of, send, write_sequence_models
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository.config import check_model_config, parse_config

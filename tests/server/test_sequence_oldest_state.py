@@ -14,9 +14,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from scale_models import write_python_model
-from sequence_models import ACCUMULATOR, ACCUMULATOR_CONFIG, ACCUMULATORS, CARD_TOTALS, total, write_accumulators
 
+from tests.helpers.scale_models import write_python_model
+from tests.helpers.sequence_models import (
+    ACCUMULATOR,
+    ACCUMULATOR_CONFIG,
+    ACCUMULATORS,
+    CARD_TOTALS,
+    total,
+    write_accumulators,
+)
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository.config import parse_config

@@ -8,10 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from scale_models import DECOUPLED_CONFIG, DECOUPLED_MODEL, write_gated_model, write_python_model, write_scale_model
-from waiting import wait_until
 
 import triton_nb
+from tests.helpers.scale_models import (
+    DECOUPLED_CONFIG,
+    DECOUPLED_MODEL,
+    write_gated_model,
+    write_python_model,
+    write_scale_model,
+)
+from tests.helpers.waiting import wait_until
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.server.core import Server
 from triton_nb.server.service import InferenceService

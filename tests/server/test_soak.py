@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import wait_until
 
+from tests.helpers.waiting import wait_until
 from triton_nb import serve
 from triton_nb.perf.inputs import request_inputs
 from triton_nb.perf.load import InProcessLoad, NetworkLoad
@@ -48,6 +48,7 @@ def fraud_server(trained, fraud_frame, tmp_path_factory):
         yield server, request_inputs(server.model_config_json("ensemble"), fraud_frame, count=64)
 
 
+@pytest.mark.slow  # a soak of fixed length, bench-like
 @pytest.mark.parametrize("path", ["inprocess", "http"])
 def test_a_short_soak_answers_everything_and_grows_nothing(fraud_server, path):
     server, requests = fraud_server

@@ -20,8 +20,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
-from waiting import wait_until
 
+from tests.helpers.waiting import wait_until
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 

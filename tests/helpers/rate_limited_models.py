@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scale_models import GATED_MODEL, write_python_model
+from tests.helpers.scale_models import GATED_MODEL, write_python_model
 
 HELD_CONFIG = """
 name: "{name}"

@@ -1,8 +1,4 @@
-"""Start triton_nb or real NVIDIA Triton on a model repository, for the front-end conformance tests.
-
-A helper module of its own (not conftest.py, which other test folders also have) so that test
-modules can import it by a unique top-level name.
-"""
+"""Start triton_nb or real NVIDIA Triton on a model repository, for the front-end conformance tests."""
 
 from __future__ import annotations
 
@@ -12,9 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_triton import RealTritonServer, tritonserver_unavailable_reason
+
+from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
 
 SERVER_KINDS = ["triton_nb", "real_triton"]
+# the kinds as pytest parameters: real Triton's carries the `real_triton` mark (`pytest -m "not real_triton"`
+# runs the triton_nb half alone)
+SERVER_PARAMS = [pytest.param(kind, marks=pytest.mark.real_triton) if kind == "real_triton" else kind
+                 for kind in SERVER_KINDS]
 EXPLICIT_ALL = ("--model-control-mode=explicit", "--load-model=*")
 
 

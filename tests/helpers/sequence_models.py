@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scale_models import write_python_model
+from tests.helpers.scale_models import write_python_model
 
 CARD_COUNT_MODEL = '''
 import numpy as np

@@ -1,9 +1,5 @@
 """What the front-end conformance test modules share: the conformance repository's names, Triton's
-fixed message parts, tensor builders and the calls that capture a server's answer.
-
-A module of its own (not conftest.py, which other test folders also have) so that test modules can
-import it by a unique top-level name.
-"""
+fixed message parts, tensor builders and the calls that capture a server's answer."""
 
 from __future__ import annotations
 
