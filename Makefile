@@ -5,7 +5,7 @@ CHROMIUM ?= /usr/bin/chromium
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-pandas2 chromium wrk lint bench repository clean
+.PHONY: demo test test-pandas2 chromium wrk lint bench repository notebooks docs clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -94,5 +94,20 @@ bench: $(BIN)/.triton-installed wrk
 repository: $(BIN)/.installed
 	$(BIN)/python tools/reference_repository.py model_repository
 
+# Execute the notebooks in notebooks/ in order, in place, with their default (full-size) parameters, in a
+# temporary folder, keeping their outputs (tests/notebooks/test_committed_outputs.py checks they are current).
+notebooks: $(BIN)/.installed
+	$(BIN)/python tools/execute_notebooks.py
+
+# The documentation site (mkdocs.yml, docs/) into site/, strict: a broken link, a missing page or a
+# docstring the reference cannot render fails it. The reference pages are generated from the code
+# at build time (docs/hooks/reference.py). The banner about MkDocs 2 is silenced: mkdocs is pinned <2.
+$(BIN)/.docs-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+docs: $(BIN)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) triton-nb-demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) triton-nb-demo site .pytest_cache .ruff_cache

@@ -324,10 +324,18 @@ def generate_transactions(
 
     Returns
     -------
-    A frame with the :data:`TABFORMER_COLUMNS`, in order, with exactly the dtypes
-    :func:`load_tabformer_csv` gives (see the module docstring), sorted by User, Card and
-    time like the real file, with a fresh RangeIndex.
+    pandas.DataFrame
+        The :data:`TABFORMER_COLUMNS`, in order, with exactly the dtypes
+        :func:`load_tabformer_csv` gives (see the module docstring), sorted by User, Card and
+        time like the real file, with a fresh RangeIndex.
 
+    Raises
+    ------
+    InvalidArgumentError
+        (a ``ValueError``) naming the parameter that is out of range.
+
+    Notes
+    -----
     The world is fixed per call: merchants (their number grows with ``n_rows``: 50,000 at a
     million rows) each have one MCC and one city/state/zip; online merchants have Merchant City
     ``"ONLINE"`` and no state or zip; foreign ones a country name as state and no zip. Users
@@ -335,11 +343,6 @@ def generate_transactions(
     and online merchants, night hours (0-5), large amounts, errors, risky MCCs, and a burst
     month of a small set of compromised cards; the intercept is fitted so the expected rate is
     ``fraud_rate``.
-
-    Raises
-    ------
-    InvalidArgumentError
-        (a ``ValueError``) naming the parameter that is out of range.
     """
     n = _check_int("n_rows", n_rows, 1)
     n_users = _check_int("n_users", n_users, 1)
@@ -630,8 +633,10 @@ def load_tabformer_csv(
 
     Returns
     -------
-    A frame (or iterator of frames) with the :data:`TABFORMER_COLUMNS` in order and the
-    dtypes described in the module docstring. Extra columns in the file are dropped.
+    pandas.DataFrame or Iterator[pandas.DataFrame]
+        A frame (or, with ``chunksize``, an iterator of frames) with the :data:`TABFORMER_COLUMNS`
+        in order and the dtypes described in the module docstring. Extra columns in the file are
+        dropped.
 
     Raises
     ------

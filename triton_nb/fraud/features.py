@@ -107,7 +107,7 @@ class FraudPreprocessor(TransformerMixin, BaseEstimator, auto_wrap_output_keys=N
 
     Parameters
     ----------
-    unknown_value:
+    unknown_value : str
         The class every unseen or missing category maps to. The example's encoders call it
         ``"UNKNOWN"``; it is always part of each learned class list.
 

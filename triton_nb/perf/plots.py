@@ -250,7 +250,8 @@ def plot_throughput_vs_latency(
 
     Returns
     -------
-    The figure holding the chart.
+    Figure
+        The figure holding the chart.
     """
     frame = _check_results(results, ["throughput_infer_per_sec", latency]
                            + ([spread_from] if spread_from is not None else []))
@@ -324,7 +325,8 @@ def plot_latency_breakdown(
 
     Returns
     -------
-    The figure holding the chart.
+    Figure
+        The figure holding the chart.
     """
     frame = _check_results(results, BREAKDOWN_COLUMNS)
     if not any(column in frame.columns for column in _LOAD_COLUMNS):
@@ -421,7 +423,8 @@ def plot_knob_heatmap(
 
     Returns
     -------
-    The figure holding the chart.
+    Figure
+        The figure holding the chart.
     """
     if x == y:
         raise InvalidArgumentError(f"x and y must be different columns, both are {x!r}")
@@ -546,7 +549,8 @@ def plot_batch_size_histogram(
 
     Returns
     -------
-    The figure holding the chart: one bar per batch size seen, in increasing order.
+    Figure
+        The figure holding the chart: one bar per batch size seen, in increasing order.
     """
     total: dict[int, int] = {}
     if isinstance(results_or_batch_sizes, pd.DataFrame):

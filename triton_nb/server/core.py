@@ -75,7 +75,10 @@ class Server:
         :attr:`settings` holds what the server runs with.
     **options
         The fields of :class:`~triton_nb.ServerSettings`, one by one as keywords (they override
-        ``settings``; an unknown name is a TypeError naming it):
+        ``settings``; an unknown name is a TypeError naming it), listed under Other Parameters.
+
+    Other Parameters
+    ----------------
 """ + parameters_doc() + "\n"
 
     def __init__(
