@@ -3,8 +3,11 @@ the Tuner panel rendered, a click on Measure updates the plot and the table.
 
 Chromium is Debian's ``/usr/bin/chromium`` (``apt-get install -y chromium``; ``.ci/run`` installs it),
 driven by Playwright's sync API (``pip install -e '.[dev]'``); Playwright's own browser download is
-never used. A screenshot is kept as ``artifacts/browser/04_tune_batching.png`` (failures leave
-``04_tune_batching-failure.png`` beside it).
+never used. The notebook opened is a copy with small parameters injected the way papermill does it,
+its outputs cleared and its last cell (``server.stop()``) left out: the Tuner needs a live server after
+the last cell. A screenshot is kept as ``artifacts/browser/04_tune_batching.png`` (failures leave
+``04_tune_batching-failure.png`` beside it), and one of the panel alone, ``04_tune_batching-tuner.png``
+(docs/images/tuner.png is one).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,19 +26,18 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from tests.notebooks.notebook_run import SMALL, inject_parameters, stop_cell_index, without_outputs
+
+pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "04_tune_batching.ipynb"
 ARTIFACTS = ROOT / "artifacts" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-NOTEBOOK_ENV = {
-    "TRITON_NB_NOTEBOOK_ROWS": "6000",
-    "TRITON_NB_NOTEBOOK_ROUNDS": "15",
-    "TRITON_NB_NOTEBOOK_QUICK": "1",
-    "TRITON_NB_NOTEBOOK_KEEP_SERVER": "1",  # the Tuner needs a live server after the last cell
-}
 START_TIMEOUT_S = 60  # JupyterLab answering
 LOAD_TIMEOUT_S = 60  # the notebook open with its kernel idle
 RUN_TIMEOUT_S = 150  # all cells run, the Tuner panel shown
@@ -198,18 +199,29 @@ def _wait_kernel_idle(page, timeout: float) -> None:
         time.sleep(0.3)
 
 
+def prepare(notebook: Path, target: Path, work: Path) -> None:
+    """``notebook`` as the browser runs it, written to ``target``: small parameters (WORK: ``work``), no
+    outputs, and without its last cell, ``server.stop()``, so that the Tuner's server stays up."""
+    book = inject_parameters(nbformat.read(notebook, as_version=4), {**SMALL, "WORK": str(work)})
+    del book.cells[stop_cell_index(book)]
+    nbformat.write(without_outputs(book), target)
+
+
 def run_tuner_in_browser(notebook: Path, workdir: Path, sync_playwright, *, measure_timeout: float) -> Path:
-    """Open ``notebook`` (copied into ``workdir``) in JupyterLab in Chromium, run all cells, click
-    Measure on the Tuner panel and wait for the plot and table to change. Returns the screenshot."""
+    """Open ``notebook`` (a copy in ``workdir``, see :func:`prepare`) in JupyterLab in Chromium, run all
+    cells, click Measure on the Tuner panel and wait for the plot and table to change. Returns the
+    screenshot."""
     root = workdir / "lab"
     root.mkdir()
-    shutil.copy(notebook, root / notebook.name)
-    env = {**os.environ, **NOTEBOOK_ENV, "TRITON_NB_NOTEBOOK_DIR": str(workdir / "work")}
+    prepare(notebook, root / notebook.name, workdir / "work")
+    env = dict(os.environ)
     log = workdir / "jupyter-lab.log"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     screenshot = ARTIFACTS / f"{notebook.stem}.png"
+    panel_shot = ARTIFACTS / f"{notebook.stem}-tuner.png"
     failure_shot = ARTIFACTS / f"{notebook.stem}-failure.png"
     screenshot.unlink(missing_ok=True)
+    panel_shot.unlink(missing_ok=True)
     failure_shot.unlink(missing_ok=True)
     console: list[str] = []
 
@@ -281,6 +293,9 @@ def run_tuner_in_browser(notebook: Path, workdir: Path, sync_playwright, *, meas
             assert "error:" not in text, f"the Tuner reports an error:\n{text}"
             panel.scroll_into_view_if_needed()
             page.screenshot(path=str(screenshot))
+            page.set_viewport_size({"width": 1800, "height": 1600})  # the whole panel in view, for its own picture
+            panel.scroll_into_view_if_needed()
+            panel.screenshot(path=str(panel_shot))
             return screenshot
         except Exception as exc:
             if page is not None:
