@@ -506,3 +506,29 @@ def test_kind_gpu_without_a_gpu_fails_clearly(models, load):
         pytest.skip("this machine has a GPU engine")
     with pytest.raises(UnavailableError, match=r"model 'gpu'.*KIND_GPU.*no GPU"):
         load(models["xgb_binary"], name="gpu", kind="KIND_GPU")
+
+
+# --------------------------------------------------------------------------- the legacy XGBoost binary format
+
+LEGACY = Path(__file__).resolve().parent / "data" / "xgboost_legacy"
+
+
+def test_the_legacy_xgboost_binary_format_is_served_as_real_fil_serves_it(tmp_path, load, caplog):
+    # data/xgboost_legacy: one booster written by XGBoost 1.7 as xgboost.model (the legacy binary
+    # format, which XGBoost 3 can no longer write or read) and as xgboost.json. Its base_score, 0.3,
+    # makes the binary file's first bytes non-UTF-8: XGBoost 3's refusal of such a file used to end
+    # in a UnicodeDecodeError that marked the model UNAVAILABLE. Real FIL loads it through Treelite.
+    reference = xgb.Booster(model_file=str(LEGACY / "xgboost.json"))
+    folder = export_tree_model(reference, tmp_path / "repo", name="legacy", predict_proba=True)
+    (folder / "1" / "xgboost.json").unlink()
+    shutil.copy(LEGACY / "xgboost.model", folder / "1" / "xgboost.model")
+    config = load_config(folder)
+    config.parameters["model_type"].string_value = "xgboost"
+    save_config(config, folder)
+
+    x = np.random.default_rng(1).normal(size=(64, FEATURES)).astype(np.float32)
+    backend = load(None, folder=folder)
+    got = _run(backend, x)
+    np.testing.assert_allclose(got, fil_output(reference.inplace_predict(x), _settings(backend), got.shape[1]),
+                               atol=1e-6)
+    assert "XGBoost cannot read" in caplog.text and "Treelite serves it" in caplog.text

@@ -120,9 +120,14 @@ def _load_xgboost(data: bytes, path: Path) -> Any | None:
     booster = xgb.Booster()
     try:
         booster.load_model(bytearray(data))
-    except xgb.core.XGBoostError as exc:
+    except (xgb.core.XGBoostError, UnicodeDecodeError) as exc:
+        # XGBoost 3 refuses a legacy binary file with a message that quotes the file's first bytes;
+        # when those are not UTF-8 (a base_score of 0.3 is 9a 99 99 3e), decoding its own message
+        # raises UnicodeDecodeError instead of XGBoostError. Either way Treelite has read the file.
+        reason = ("this XGBoost does not read the file's format" if isinstance(exc, UnicodeDecodeError)
+                  else _describe_load_error(exc))
         _log_once(f"xgb-unreadable:{path}", logging.WARNING, "XGBoost cannot read %s (%s); Treelite serves it",
-                  path, _describe_load_error(exc))
+                  path, reason)
         return None
     if json.loads(booster.save_config())["learner"]["objective"]["name"] == "multi:softmax":
         # FIL (Treelite) answers a multi:softmax model with its class probabilities, as softprob would.
