@@ -189,6 +189,9 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
             continue
         kind = field.type.split(" | ")[0]  # the annotation's text: settings.py postpones annotations
         options: dict[str, Any] = {"dest": field.name, "help": _serve_flag_help(field)}
+        if meta.get("switch"):  # a flag without a value, as tritonserver's --disable-auto-complete-config
+            serve.add_argument(meta["flag"], action="store_true", default=field.default, **options)
+            continue
         if "choices" in meta:
             options["choices"] = meta["choices"]
         else:

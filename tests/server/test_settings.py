@@ -25,7 +25,8 @@ DOCUMENTED_DEFAULTS = {
     "max_request_bytes": 64 * MiB, "max_tensor_elements": 16 * MiB, "grpc_max_message_bytes": 64 * MiB,
     "exit_timeout_secs": 30.0, "http_read_timeout_secs": 60.0, "http_timeout_keep_alive_secs": 75.0,
     "http_restricted_api": (), "grpc_restricted_api": (), "max_pending_requests": 65536,
-    "max_string_bytes": MiB, "network_model_control": False, "freeze_gc": True, "cache_size_bytes": None,
+    "max_string_bytes": MiB, "network_model_control": False, "disable_auto_complete_config": False,
+    "freeze_gc": True, "cache_size_bytes": None,
     "rate_limit": "off", "rate_limit_resources": (), "backend_directory": None, "python_instances": "thread",
     "metrics_config": (), "cpu_metrics": True,
 }
@@ -84,7 +85,8 @@ def test_a_bad_value_is_refused_naming_its_field(name, value, message):
 
 
 def test_every_setting_has_a_refusal_test_or_takes_any_value_of_its_type():
-    takes_anything = {"network_model_control", "freeze_gc", "cpu_metrics"}  # coerced with bool(), as before
+    # coerced with bool(), as before
+    takes_anything = {"network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics"}
     checked = {name for name, _, _ in BAD_VALUES} | {"backend_directory"}
     assert {f.name for f in FIELDS} - checked == takes_anything
 

@@ -18,7 +18,7 @@ from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.repository.config import CONFIG_FILENAME, ModelConfig, effective_config, load_config
 from triton_nb.repository.warmup import WARMUP_FOLDER
 
-__all__ = ["ModelEntry", "RepositoryScan", "scan_repository", "select_versions"]
+__all__ = ["ModelEntry", "RepositoryScan", "read_model_config", "scan_repository", "select_versions"]
 
 # Folders of a model that Triton reads for other purposes and never takes for versions
 # (model_lifecycle.cc VersionsToLoad: warm-up data, sequence initial state, config overrides).
@@ -96,10 +96,29 @@ def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
     return available[-max(count, 1):] if available else []
 
 
-def _scan_model(folder: Path) -> ModelEntry:
+def read_model_config(folder: str | os.PathLike[str], *, auto_complete_config: bool = True) -> ModelConfig:
+    """The config a model folder declares, as Triton reads it: its ``config.pbtxt``; or, for a
+    folder without one whose version folder holds a ``model.py``, a Python-backend config for the
+    model's ``auto_complete_config`` to fill in — Triton serves such a folder when auto-complete
+    is on (its default; ``--disable-auto-complete-config`` turns it off, and then the folder is
+    refused with Triton's message)."""
+    folder = Path(folder)
+    path = folder / CONFIG_FILENAME
+    if path.is_file():
+        return load_config(path)
+    if not auto_complete_config:
+        raise NotFoundError(f"Poll failed for model directory '{folder.name}': failed to open text file for read "
+                            f"{path}: No such file or directory")
+    if any(child.name.isdigit() and (child / "model.py").is_file() for child in folder.iterdir()):
+        return ModelConfig(name=folder.name, backend="python")
+    return load_config(path)  # its own message: no configuration here
+
+
+def _scan_model(folder: Path, auto_complete_config: bool = True) -> ModelEntry:
     entry = ModelEntry(name=folder.name, path=folder, config=None)
     try:
-        entry.config = effective_config(load_config(folder / CONFIG_FILENAME), folder.name)
+        entry.config = effective_config(read_model_config(folder, auto_complete_config=auto_complete_config),
+                                        folder.name)
     except (InvalidArgumentError, NotFoundError) as exc:
         entry.error = str(exc)
     for child in sorted(folder.iterdir()):
@@ -113,11 +132,12 @@ def _scan_model(folder: Path) -> ModelEntry:
     return entry
 
 
-def scan_repository(path: str | os.PathLike[str]) -> RepositoryScan:
+def scan_repository(path: str | os.PathLike[str], *, auto_complete_config: bool = True) -> RepositoryScan:
     """Read the layout of a repository: every model folder, its config and its versions.
 
     A model whose config is missing or broken is still listed, with ``error`` saying why, so
-    one bad model never hides the others.
+    one bad model never hides the others. ``auto_complete_config``: whether a Python model's
+    folder without ``config.pbtxt`` is a model (see :func:`read_model_config`).
     """
     root = Path(path)
     if not root.exists():
@@ -129,7 +149,7 @@ def scan_repository(path: str | os.PathLike[str]) -> RepositoryScan:
             f"{root} holds a {CONFIG_FILENAME} itself: that is a model folder; the repository is its parent"
         )
     models = {
-        child.name: _scan_model(child)
+        child.name: _scan_model(child, auto_complete_config)
         for child in sorted(root.iterdir())
         if child.is_dir() and not child.name.startswith(".") and child.name != "__pycache__"
     }

@@ -115,7 +115,8 @@ class Server:
         self._instance_options = InstanceOptions(settings.backend_directory, settings.python_instances)
         self._manager = ModelManager(self.repository, self.stats, server=self, infer_step=self._infer_step,
                                      exit_timeout_secs=settings.exit_timeout_secs, rate_limiter=limiter,
-                                     instance_options=self._instance_options)
+                                     instance_options=self._instance_options,
+                                     auto_complete_config=not settings.disable_auto_complete_config)
         # bound once: resolving is on every request's path, and a delegating method costs a frame
         self._resolve: Callable[[str, int], _Version] = self._manager.resolve
         # the first-response histogram's buckets come from the serving version's model_metrics
@@ -190,7 +191,8 @@ class Server:
         return {name: f"{addresses[name]}:{port}" for name, port in ports.items()}
 
     def _initial_models(self) -> list[str]:
-        scan = scan_repository(self.repository)
+        scan = scan_repository(self.repository,
+                               auto_complete_config=not self.settings.disable_auto_complete_config)
         wanted = self.settings.load_models
         if self.model_control_mode == "explicit" and "*" not in wanted:
             unknown = [name for name in wanted if name not in scan.models]

@@ -35,15 +35,19 @@ from triton_nb.backends.base import ServerHandle
 from triton_nb.backends.registry import BACKEND_MODEL_FILENAME, python_auto_complete, resolve_backend
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.repository.config import (
-    CONFIG_FILENAME,
     ModelConfig,
     check_model_config,
     config_from_json,
     effective_config,
     is_ensemble,
-    load_config,
 )
-from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository, select_versions
+from triton_nb.repository.layout import (
+    ModelEntry,
+    RepositoryScan,
+    read_model_config,
+    scan_repository,
+    select_versions,
+)
 from triton_nb.server.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.checks import _TensorSpec
 from triton_nb.server.ensemble import EnsembleScheduler, Submit
@@ -128,8 +132,9 @@ class ModelManager:
 
     def __init__(self, repository: Path, stats: ServerStats, *, server: ServerHandle, infer_step: Submit,
                  exit_timeout_secs: float, rate_limiter: RateLimiter | None = None,
-                 instance_options: InstanceOptions | None = None) -> None:
+                 instance_options: InstanceOptions | None = None, auto_complete_config: bool = True) -> None:
         self.repository = repository
+        self.auto_complete_config = auto_complete_config  # off: tritonserver's --disable-auto-complete-config
         self.instance_options = instance_options or InstanceOptions()
         self.backend_directory = self.instance_options.backend_directory
         self.rate_limiter = rate_limiter
@@ -234,7 +239,7 @@ class ModelManager:
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Every model of the repository with its versions' states, as Triton's index API."""
-        scan = scan_repository(self.repository)
+        scan = scan_repository(self.repository, auto_complete_config=self.auto_complete_config)
         with self.models_lock:
             models = dict(self.models)
         index = []
@@ -265,7 +270,9 @@ class ModelManager:
         if self._stopping:
             raise UnavailableError("the server is stopped")
         source = self.repository / name
-        if not files and (not source.is_dir() or (config is None and not (source / CONFIG_FILENAME).is_file())):
+        if not files and config is None and source.is_dir() and not self.auto_complete_config:
+            read_model_config(source, auto_complete_config=False)  # a folder without config.pbtxt: Triton's refusal
+        if not files and (not source.is_dir() or (config is None and not self._declares_model(source))):
             raise NotFoundError(f"no model '{name}' in repository {self.repository}")
         model = self._model_record(name)
         with model.lock:
@@ -345,15 +352,25 @@ class ModelManager:
         model.override_dir = target
         return target
 
+    def _declares_model(self, source: Path) -> bool:
+        """A config.pbtxt, or (with auto-complete on) a Python model's version folder, as Triton reads a folder."""
+        try:
+            read_model_config(source, auto_complete_config=self.auto_complete_config)
+        except NotFoundError:
+            return False
+        except InvalidArgumentError:
+            return True  # it is a model; its load says what is wrong
+        return True
+
     def _read_config(self, name: str, source: Path, override: Any) -> ModelConfig:
         if override is None:
-            config = load_config(source / CONFIG_FILENAME)
+            config = read_model_config(source, auto_complete_config=self.auto_complete_config)
         elif isinstance(override, ModelConfig):
             config = override
         else:
             config = config_from_json(override, source=f"model '{name}' config override")
         found = None  # the backend, when auto-complete needed it first
-        if config.backend and not (config.input and config.output):
+        if self.auto_complete_config and config.backend and not (config.input and config.output):
             # A Python model's auto_complete_config, and, as in Triton, a Python-based backend's
             # (its model.py in the backend directory runs for the model)
             if config.backend != "python":
@@ -503,7 +520,7 @@ class ModelManager:
     def poll_once(self) -> list[str]:
         """Scan the repository and load new, reload changed and unload removed models; returns
         the names acted on."""
-        scan = scan_repository(self.repository)
+        scan = scan_repository(self.repository, auto_complete_config=self.auto_complete_config)
         changed = []
         with self.models_lock:
             known = dict(self.models)

@@ -140,6 +140,13 @@ class ServerSettings:
         would run for anyone who can reach the port. The notebook's own calls (``load_model``, the
         magics, the tuner) are not network calls and always work.""",
         cli="on with --model-control-mode=explicit, as tritonserver's explicit mode allows network loads")
+    disable_auto_complete_config: bool = _setting(
+        False, """Do not complete models' configs, as tritonserver's ``--disable-auto-complete-config``: a
+        Python model's ``auto_complete_config`` is not called, and a model folder without
+        ``config.pbtxt`` is refused (with auto-complete on, the default, a folder holding only a
+        version's ``model.py`` is served as a Python model that its ``auto_complete_config``
+        describes, as Triton serves it).""",
+        flag="--disable-auto-complete-config", switch=True)
     freeze_gc: bool = _setting(
         True, """Once the models are loaded, collect garbage and freeze what exists (``gc.freeze``), so that the
         cyclic collector's full passes no longer walk the notebook's data and libraries while requests
@@ -215,7 +222,7 @@ class ServerSettings:
 
             parse_restricted_api(self.http_restricted_api, "http_restricted_api")
             parse_restricted_api(self.grpc_restricted_api, "grpc_restricted_api")
-        for name in ("network_model_control", "freeze_gc", "cpu_metrics"):
+        for name in ("network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics"):
             store(name, bool(getattr(self, name)))
         if self.cache_size_bytes is not None:
             if isinstance(self.cache_size_bytes, bool) or int(self.cache_size_bytes) < 0:
