@@ -513,7 +513,8 @@ def test_kind_gpu_without_a_gpu_fails_clearly(models, load):
 LEGACY = Path(__file__).resolve().parent / "data" / "xgboost_legacy"
 
 
-def test_the_legacy_xgboost_binary_format_is_served_as_real_fil_serves_it(tmp_path, load, caplog):
+@pytest.mark.parametrize("model_type", ["xgboost", None], ids=["named", "FIL's default"])
+def test_the_legacy_xgboost_binary_format_is_served_as_real_fil_serves_it(tmp_path, load, caplog, model_type):
     # data/xgboost_legacy: one booster written by XGBoost 1.7 as xgboost.model (the legacy binary
     # format, which XGBoost 3 can no longer write or read) and as xgboost.json. Its base_score, 0.3,
     # makes the binary file's first bytes non-UTF-8: XGBoost 3's refusal of such a file used to end
@@ -523,7 +524,10 @@ def test_the_legacy_xgboost_binary_format_is_served_as_real_fil_serves_it(tmp_pa
     (folder / "1" / "xgboost.json").unlink()
     shutil.copy(LEGACY / "xgboost.model", folder / "1" / "xgboost.model")
     config = load_config(folder)
-    config.parameters["model_type"].string_value = "xgboost"
+    if model_type is None:  # FIL reads model_type with the default "xgboost" (fil_backend's shared_state.h)
+        del config.parameters["model_type"]
+    else:
+        config.parameters["model_type"].string_value = model_type
     save_config(config, folder)
 
     x = np.random.default_rng(1).normal(size=(64, FEATURES)).astype(np.float32)

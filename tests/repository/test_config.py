@@ -99,6 +99,10 @@ def test_model_filename_per_backend():
     assert model_filename(parse_config('backend: "onnxruntime"')) == "model.onnx"
     assert model_filename(parse_config('backend: "python" default_model_filename: "m2.py"')) == "m2.py"
     assert model_filename(parse_config('platform: "ensemble"')) is None
+    # FIL's default model_type (fil_backend's shared_state.h) is the legacy binary format
+    no_type = FIL.replace('parameters { key: "model_type" value: { string_value: "xgboost_json" } }', "")
+    assert model_filename(parse_config(no_type)) == "xgboost.model"
+    assert not [p for p in check_model_config(parse_config(no_type), "m") if p.field == "parameters.model_type"]
     for model_type, filename in (("xgboost", "xgboost.model"), ("xgboost_ubj", "xgboost.ubj"),
                                  ("lightgbm", "model.txt"), ("treelite_checkpoint", "checkpoint.tl")):
         config = parse_config(FIL.replace("xgboost_json", model_type))
@@ -116,12 +120,10 @@ def _fil(**replacements: str) -> str:
     ("text", "field", "message"),
     [
         (_fil(xgboost_json="catboost"), "parameters.model_type", "'catboost' is not one of"),
-        (FIL.replace('parameters { key: "model_type" value: { string_value: "xgboost_json" } }', ""),
-         "parameters.model_type", "required"),
         (FIL.replace('parameters { key: "output_class" value: { string_value: "true" } }', ""),
-         "parameters.output_class", "required"),
+         "parameters.output_class", "Required parameter output_class not found in config"),
         (FIL.replace('parameters { key: "threshold" value: { string_value: "0.5" } }', ""),
-         "parameters.threshold", "required for a classifier"),
+         "parameters.threshold", "Required parameter threshold not found in config"),
         (_fil(**{'"0.5"': '"half"'}), "parameters.threshold", "'half' is not a number"),
         (_fil(input__0="features"), "input", "exactly one input, named 'input__0'"),
         (_fil(**{"name: \"input__0\" data_type: TYPE_FP32": 'name: "input__0" data_type: TYPE_FP64'}),

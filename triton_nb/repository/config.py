@@ -50,6 +50,8 @@ __all__ = [
 
 ModelConfig = mc.ModelConfig
 CONFIG_FILENAME = "config.pbtxt"
+#: The model_type FIL reads when a config names none: XGBoost's legacy binary format.
+_FIL_DEFAULT_MODEL_TYPE = "xgboost"
 
 #: Triton FIL backend: the file each ``model_type`` loads from a version folder.
 FIL_MODEL_FILENAMES: dict[str, str] = {
@@ -276,7 +278,7 @@ def model_filename(config: ModelConfig) -> str | None:
     if config.default_model_filename:
         return config.default_model_filename
     if config.backend == "fil":
-        return FIL_MODEL_FILENAMES.get(fil_parameters(config).get("model_type", ""))
+        return FIL_MODEL_FILENAMES.get(fil_parameters(config).get("model_type", _FIL_DEFAULT_MODEL_TYPE))
     return _BACKEND_MODEL_FILENAMES.get(config.backend)
 
 
@@ -439,14 +441,17 @@ def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:
                 _FIL_NUMERIC[name](value)
             except ValueError:
                 problem(f"parameters.{name}", f"'{value}' is not a number")
-    if "model_type" not in parameters:
-        problem("parameters.model_type", f"required; one of {', '.join(FIL_MODEL_FILENAMES)}")
-    # is_classifier is the name since FIL 25.09; output_class still works there.
+    # FIL reads model_type with a default, "xgboost" (the legacy binary xgboost.model), and output_class
+    # and, for a classifier, threshold without one (fil_backend's shared_state.h): those two refuse the
+    # load in rapids-triton's words. is_classifier is the name since FIL 25.09; output_class still works there.
     classifier = parameters.get("is_classifier", parameters.get("output_class"))
     if classifier is None:
-        problem("parameters.output_class", "required: 'true' for a classifier, 'false' for a regressor")
+        problem("parameters.output_class", "Required parameter output_class not found in config ('true' for a "
+                                           "classifier, 'false' for a regressor; FIL 25.09 and later also take "
+                                           "is_classifier)")
     elif classifier == "true" and "threshold" not in parameters:
-        problem("parameters.threshold", "required for a classifier (output_class 'true')")
+        problem("parameters.threshold", "Required parameter threshold not found in config (FIL needs it when "
+                                        "output_class is 'true')")
     if len(config.input) != 1 or config.input[0].name != "input__0":
         problem("input", "the FIL backend takes exactly one input, named 'input__0'")
     elif config.input[0].data_type != mc.TYPE_FP32:

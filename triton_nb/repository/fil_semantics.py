@@ -49,12 +49,13 @@ class FilSettings:
     def from_parameters(cls, parameters: Mapping[str, str], output_names: Iterable[str] = ()) -> FilSettings:
         """Read the string parameters (and output names) of a FIL ``config.pbtxt``; bad values
         raise ValueError."""
-        model_type = parameters.get("model_type", "")
+        model_type = parameters.get("model_type", "xgboost")  # FIL's default: the legacy binary format
         if model_type not in _MODEL_TYPES:
             raise ValueError(f"parameter 'model_type' must be one of {', '.join(_MODEL_TYPES)}, got '{model_type}'")
         classifier_key = "is_classifier" if "is_classifier" in parameters else "output_class"
         if classifier_key not in parameters:
-            raise ValueError("parameter 'output_class' (or 'is_classifier') is required ('true' for a classifier)")
+            raise ValueError("Required parameter output_class not found in config (or is_classifier, FIL 25.09 "
+                             "and later; 'true' for a classifier)")
         output_class = _flag(parameters, classifier_key, "false")
         try:
             threshold = float(parameters.get("threshold", "0.5"))
