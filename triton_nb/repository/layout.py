@@ -18,7 +18,8 @@ from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.repository.config import CONFIG_FILENAME, ModelConfig, effective_config, load_config
 from triton_nb.repository.warmup import WARMUP_FOLDER
 
-__all__ = ["ModelEntry", "RepositoryScan", "read_model_config", "scan_repository", "select_versions"]
+__all__ = ["ModelEntry", "RepositoryScan", "is_model_folder", "read_model_config", "scan_repository",
+           "select_versions"]
 
 # Folders of a model that Triton reads for other purposes and never takes for versions
 # (model_lifecycle.cc VersionsToLoad: warm-up data, sequence initial state, config overrides).
@@ -109,9 +110,20 @@ def read_model_config(folder: str | os.PathLike[str], *, auto_complete_config: b
     if not auto_complete_config:
         raise NotFoundError(f"Poll failed for model directory '{folder.name}': failed to open text file for read "
                             f"{path}: No such file or directory")
-    if any(child.name.isdigit() and (child / "model.py").is_file() for child in folder.iterdir()):
+    if _holds_python_model(folder):
         return ModelConfig(name=folder.name, backend="python")
     return load_config(path)  # its own message: no configuration here
+
+
+def is_model_folder(folder: str | os.PathLike[str], *, auto_complete_config: bool = True) -> bool:
+    """Whether Triton takes ``folder`` for a model (without reading its config): it holds a
+    ``config.pbtxt`` or, with auto-complete on, a version folder's ``model.py``."""
+    folder = Path(folder)
+    return (folder / CONFIG_FILENAME).is_file() or (auto_complete_config and _holds_python_model(folder))
+
+
+def _holds_python_model(folder: Path) -> bool:
+    return any(child.name.isdigit() and (child / "model.py").is_file() for child in folder.iterdir())
 
 
 def _scan_model(folder: Path, auto_complete_config: bool = True) -> ModelEntry:

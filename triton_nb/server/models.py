@@ -44,6 +44,7 @@ from triton_nb.repository.config import (
 from triton_nb.repository.layout import (
     ModelEntry,
     RepositoryScan,
+    is_model_folder,
     read_model_config,
     scan_repository,
     select_versions,
@@ -270,9 +271,10 @@ class ModelManager:
         if self._stopping:
             raise UnavailableError("the server is stopped")
         source = self.repository / name
-        if not files and config is None and source.is_dir() and not self.auto_complete_config:
-            read_model_config(source, auto_complete_config=False)  # a folder without config.pbtxt: Triton's refusal
-        if not files and (not source.is_dir() or (config is None and not self._declares_model(source))):
+        if not files and (not source.is_dir() or (
+                config is None and not is_model_folder(source, auto_complete_config=self.auto_complete_config))):
+            if source.is_dir() and not self.auto_complete_config:
+                read_model_config(source, auto_complete_config=False)  # raises Triton's refusal of such a folder
             raise NotFoundError(f"no model '{name}' in repository {self.repository}")
         model = self._model_record(name)
         with model.lock:
@@ -351,16 +353,6 @@ class ModelManager:
             shutil.rmtree(model.override_dir.parent, ignore_errors=True)
         model.override_dir = target
         return target
-
-    def _declares_model(self, source: Path) -> bool:
-        """A config.pbtxt, or (with auto-complete on) a Python model's version folder, as Triton reads a folder."""
-        try:
-            read_model_config(source, auto_complete_config=self.auto_complete_config)
-        except NotFoundError:
-            return False
-        except InvalidArgumentError:
-            return True  # it is a model; its load says what is wrong
-        return True
 
     def _read_config(self, name: str, source: Path, override: Any) -> ModelConfig:
         if override is None:
