@@ -148,7 +148,7 @@ def test_fraud_frame_of_two_and_a_half_batches():
         np.testing.assert_array_equal(result["predictions"].to_numpy()[clear], expected[clear])
         # row by row at the pieces' edges, as one-row requests see them
         for position in (0, limit - 1, limit, 2 * limit - 1, 2 * limit, len(frame) - 1):
-            alone = client.infer("ensemble", frame.iloc[[position]]).as_numpy("predictions")[0, 0]
+            alone = client.infer("ensemble", frame.iloc[[position]]).as_numpy("predictions")[0]
             assert result["predictions"].iloc[position] == alone, position
 
         stats = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}

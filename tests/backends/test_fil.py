@@ -23,7 +23,7 @@ from triton_nb.backends.fil.engines import _Candidate
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.repository.config import effective_config, fil_parameters, load_config, save_config
 from triton_nb.repository.export import export_tree_model
-from triton_nb.repository.fil_semantics import FilSettings, fil_output
+from triton_nb.repository.fil_semantics import FilSettings, answer_row_dims, fil_output
 from triton_nb.tensors import InferRequest
 
 FEATURES = 6
@@ -110,14 +110,14 @@ def test_xgboost_binary_class_with_threshold_and_probabilities(models, data, loa
     p = model.get_booster().inplace_predict(x)
     backend = load(model, threshold=0.3)
     got = _run(backend, x)
-    assert got.dtype == np.float32 and got.shape == (len(x), 1)
-    np.testing.assert_array_equal(got, fil_output(p, _settings(backend)))
-    np.testing.assert_array_equal(got[:, 0], (p > 0.3).astype(np.float32))
+    assert got.dtype == np.float32 and got.shape == (len(x),)  # dims [1], squeezed as FIL does
+    np.testing.assert_array_equal(got, fil_output(p, _settings(backend))[:, 0])
+    np.testing.assert_array_equal(got, (p > 0.3).astype(np.float32))
     for width in (1, 2):
         backend = load(model, name=f"p{width}", predict_proba=True, proba_width=width)
         got = _run(backend, x)
-        assert got.shape == (len(x), width)
-        np.testing.assert_allclose(got, fil_output(p, _settings(backend), width), atol=1e-6)
+        assert got.shape == ((len(x),) if width == 1 else (len(x), width))
+        np.testing.assert_allclose(got.reshape(len(x), -1), fil_output(p, _settings(backend), width), atol=1e-6)
     np.testing.assert_allclose(got, np.column_stack([1 - p, p]), atol=1e-6)
 
 
@@ -125,13 +125,13 @@ def test_xgboost_multiclass_and_regression(models, data, load):
     x = data[3]
     model = models["xgb_multi"]
     p = model.get_booster().inplace_predict(x)
-    np.testing.assert_array_equal(_run(load(model), x)[:, 0], p.argmax(axis=1).astype(np.float32))
+    np.testing.assert_array_equal(_run(load(model), x), p.argmax(axis=1).astype(np.float32))
     np.testing.assert_allclose(_run(load(model, name="proba", predict_proba=True), x), p, atol=1e-6)
 
     regressor = models["xgb_reg"]
     got = _run(load(regressor, name="reg"), x)
-    assert got.shape == (len(x), 1)
-    np.testing.assert_allclose(got[:, 0], regressor.get_booster().inplace_predict(x), rtol=1e-5, atol=1e-5)
+    assert got.shape == (len(x),)
+    np.testing.assert_allclose(got, regressor.get_booster().inplace_predict(x), rtol=1e-5, atol=1e-5)
 
 
 def test_lightgbm_binary(models, data, load):
@@ -139,9 +139,77 @@ def test_lightgbm_binary(models, data, load):
     p = model.booster_.predict(x)
     backend = load(model, threshold=0.3)
     assert backend.settings.model_type == "lightgbm"
-    np.testing.assert_array_equal(_run(backend, x), fil_output(p, _settings(backend)))
+    np.testing.assert_array_equal(_run(backend, x), fil_output(p, _settings(backend))[:, 0])
     np.testing.assert_allclose(_run(load(model, name="proba", predict_proba=True), x),
                                np.column_stack([1 - p, p]), atol=1e-6)
+
+
+# rapids-triton's squeeze_output (which FIL turns on): a batch dim in front unless the dims start with -1,
+# then every dim of size 1 erased. (output kind, configured dims, the answer's shape for 7 rows)
+_FIL_SHAPES = [
+    ("class", [1], (7,)),
+    ("class", [-1], (7,)),
+    ("class", [1, 1], (7,)),
+    ("proba", [2], (7, 2)),
+    ("proba", [1, 2], (7, 2)),
+    ("proba", [2, 1], (7, 2)),
+    ("proba", [-1, 2], (7, 2)),
+    ("multiclass", [3], (7, 3)),
+    ("regression", [1], (7,)),
+    ("shap", [FEATURES + 1], (7, FEATURES + 1)),
+    ("multiclass shap", [3, FEATURES + 1], (7, 3, FEATURES + 1)),
+    ("shap", [1, FEATURES + 1], (7, FEATURES + 1)),
+]
+
+
+@pytest.mark.parametrize(("kind", "dims", "shape"), _FIL_SHAPES, ids=[f"{k}-{d}" for k, d, _ in _FIL_SHAPES])
+def test_answers_have_fil_squeezed_shapes(models, data, load, backends, tmp_path, kind, dims, shape):
+    """FIL and its Python twin (the exported stand-in for Triton builds without FIL) answer in the same
+    squeezed shape, with the values of the unsqueezed answer."""
+    x = data[3][:7]
+    model = models["xgb_multi" if "multiclass" in kind else "xgb_reg" if kind == "regression" else "xgb_binary"]
+    name = "treeshap_output" if "shap" in kind else "output__0"
+    answers = {}
+    for model_backend in ("fil", "python"):
+        folder = export_tree_model(model, tmp_path / model_backend, name="shapes", model_backend=model_backend,
+                                   predict_proba=kind not in ("class", "regression"),
+                                   treeshap_output="shap" in kind, overwrite=True)
+        config = load_config(folder)
+        output = next(o for o in config.output if o.name == name)
+        output.ClearField("dims")
+        output.dims.extend(dims)
+        save_config(config, folder)
+        backend = load(None, folder=folder) if model_backend == "fil" else backends(folder)
+        (response,) = backend.execute([InferRequest("shapes", {"input__0": x})])
+        assert response.error is None, response.error
+        answers[model_backend] = response.outputs[name]
+    assert answers["fil"].shape == answers["python"].shape == shape
+    np.testing.assert_allclose(answers["fil"], answers["python"], rtol=1e-5, atol=1e-5)
+    if kind == "proba":
+        p = model.get_booster().inplace_predict(x)
+        np.testing.assert_allclose(answers["fil"], np.column_stack([1 - p, p]), atol=1e-6)
+
+
+def test_an_output_with_a_variable_dim_after_the_batch_is_refused_as_fil_refuses_it(models, load, tmp_path):
+    folder = export_tree_model(models["xgb_binary"], tmp_path / "repo", name="var", predict_proba=True)
+    config = load_config(folder)
+    config.output[0].ClearField("dims")
+    config.output[0].dims.extend([2, -1])
+    save_config(config, folder)
+    with pytest.raises(InvalidArgumentError, match=r"output dims \[2, -1\]: Backends with variable-shape outputs "
+                                                   r"must request desired output shape"):
+        load(None, folder=folder)
+
+
+def test_answer_row_dims_follows_rapids_triton():
+    assert answer_row_dims([1]) == ()
+    assert answer_row_dims([2]) == (2,)
+    assert answer_row_dims([1, 3, 1, 4]) == (3, 4)
+    assert answer_row_dims([-1]) == ()
+    assert answer_row_dims([-1, 1, 2]) == (2,)
+    assert answer_row_dims([]) == ()
+    with pytest.raises(ValueError, match="variable-shape"):
+        answer_row_dims([1, -1])
 
 
 def test_sklearn_forests_through_treelite_checkpoints(models, data, load):
@@ -151,18 +219,18 @@ def test_sklearn_forests_through_treelite_checkpoints(models, data, load):
     backend = load(binary)
     assert backend.settings.model_type == "treelite_checkpoint"
     # A two-class model in Treelite: FIL answers by argmax over the two probabilities.
-    np.testing.assert_array_equal(_run(backend, x_filled)[:, 0], binary.predict(x_filled).astype(np.float32))
+    np.testing.assert_array_equal(_run(backend, x_filled), binary.predict(x_filled).astype(np.float32))
     np.testing.assert_allclose(_run(load(binary, name="p", predict_proba=True), x_filled),
                                binary.predict_proba(x_filled), atol=1e-6)
 
     multi = models["rf_multi"]
-    np.testing.assert_array_equal(_run(load(multi, name="mc"), x_filled)[:, 0],
+    np.testing.assert_array_equal(_run(load(multi, name="mc"), x_filled),
                                   multi.predict(x_filled).astype(np.float32))
     np.testing.assert_allclose(_run(load(multi, name="mcp", predict_proba=True), x_filled),
                                multi.predict_proba(x_filled), atol=1e-6)
 
     regressor = models["rf_reg"]
-    np.testing.assert_allclose(_run(load(regressor, name="reg"), x_filled)[:, 0], regressor.predict(x_filled),
+    np.testing.assert_allclose(_run(load(regressor, name="reg"), x_filled), regressor.predict(x_filled),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -350,7 +418,7 @@ def test_a_process_limited_to_one_openmp_thread_still_loads_fil_models(models, t
     done = subprocess.run([sys.executable, "-c", script, str(folder.parent)], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().endswith("(3, 1)"), done.stdout
+    assert done.stdout.strip().endswith("(3,)"), done.stdout  # dims [1]: squeezed, as FIL answers
 
 
 # --------------------------------------------------------------------------- tl2cgen in the background
@@ -374,7 +442,7 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
         assert backend.compile_state == "compiling" and "tl2cgen" not in backend.engines
         expected = model.get_booster().inplace_predict(x)
         assert entered.wait(30)  # the compilation is under way, held at the gate
-        np.testing.assert_allclose(_run(backend, x)[:, 0], expected, rtol=1e-5, atol=1e-5)  # served meanwhile
+        np.testing.assert_allclose(_run(backend, x), expected, rtol=1e-5, atol=1e-5)  # served meanwhile
         # ... while the compilation was still held: serving did not wait for it
         assert backend.compile_state == "compiling" and not backend.wait_compiled(timeout=0)
     finally:
@@ -382,7 +450,7 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     assert backend.wait_compiled(timeout=60), backend.compile_state
     assert not backend.compiled_from_cache and "tl2cgen" in backend.engines
     assert backend.engine_for(1) == "tl2cgen"  # a compiled tree walk beats every call overhead at batch 1
-    np.testing.assert_allclose(_run(backend, x[:1])[:, 0], expected[:1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(backend, x[:1]), expected[:1], rtol=1e-5, atol=1e-5)
     libraries = list(cache_dir.glob("*.so"))
     assert len(libraries) == 1 and not list(cache_dir.glob(".build-*"))
 
@@ -393,7 +461,7 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     second = load(model, name="again")
     assert second.compile_state == "ready" and second.compiled_from_cache and second._thread is None
     assert second.engine_for(1) == "tl2cgen"
-    np.testing.assert_allclose(_run(second, x)[:, 0], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(second, x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_instances_of_one_model_compile_it_once(models, data, load, monkeypatch, tmp_path):
@@ -454,7 +522,7 @@ def test_no_compiler_or_no_tl2cgen_falls_back_quietly(models, data, load, monkey
                 backend = load(models["xgb_binary"], name=f"{seam}{name}", predict_proba=True, proba_width=1)
                 assert backend.compile_state == "unavailable" and "tl2cgen" not in backend.engines
                 assert backend.wait_compiled(0) is False
-                np.testing.assert_allclose(_run(backend, x)[:, 0], expected, atol=1e-6)
+                np.testing.assert_allclose(_run(backend, x), expected, atol=1e-6)
             messages = [r.getMessage() for r in caplog.records if "without compiled trees" in r.getMessage()]
             assert len(messages) == 1  # logged once, not per load
             assert ("compiler" if seam == "_find_compiler" else "tl2cgen") in messages[0]

@@ -75,7 +75,7 @@ def test_fraud_ensemble_predictions(kind, fraud_repo, rows, trained):
     finally:
         server.stop()
     got_http, got_grpc = np.concatenate(got_http), np.concatenate(got_grpc)
-    assert got_http.shape == got_grpc.shape == (N_ROWS, 1)
+    assert got_http.shape == got_grpc.shape == (N_ROWS,)  # FIL squeezes dims [1]
     np.testing.assert_array_equal(got_http, got_grpc)
-    np.testing.assert_array_equal(got_http[:, 0], expected)
+    np.testing.assert_array_equal(got_http, expected)
     np.testing.assert_array_equal(features, trained.features(rows.head(CHUNK)))

@@ -134,6 +134,8 @@ def _fil(**replacements: str) -> str:
                      '{ name: "treeshap_output" data_type: TYPE_FP32 dims: [ 15 ] } ]'),
          "output", "treeshap_output dims [15] must end in num_features + 1 = 16"),
         (_fil(**{"dims: [ 1 ]": "dims: [ 3 ]"}), "output", "without predict_proba has dims [1]"),
+        (_fil(**{"dims: [ 1 ]": "dims: [ 1, -1 ]"}), "output",
+         "output__0 dims [1, -1]: Backends with variable-shape outputs must request desired output shape"),
         (FIL + 'parameters { key: "storage_type" value: { string_value: "DENSEST" } }', "parameters.storage_type",
          "'DENSEST' is not one of"),
         (_fil(**{"preferred_batch_size: [ 64, 256 ]": "preferred_batch_size: [ 10000 ]"}),

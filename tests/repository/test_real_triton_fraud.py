@@ -66,15 +66,15 @@ def test_ensemble_predictions_equal_xgboost_over_http_and_grpc(trained, fraud_fr
             data = tensors(rows.iloc[start:start + 80])
             got_http.append(http.infer("ensemble", _http_inputs(data)).as_numpy("predictions"))
             got_grpc.append(grpc.infer("ensemble", _grpc_inputs(data)).as_numpy("predictions"))
-        np.testing.assert_array_equal(np.concatenate(got_http)[:, 0], expected)
-        np.testing.assert_array_equal(np.concatenate(got_grpc)[:, 0], expected)
+        np.testing.assert_array_equal(np.concatenate(got_http), expected)  # [rows]: FIL's squeezed shape
+        np.testing.assert_array_equal(np.concatenate(got_grpc), expected)
         features = http.infer("preprocessing", _http_inputs(tensors(rows.head(50)))).as_numpy("OUTPUT")
         np.testing.assert_array_equal(features, trained.features(rows.head(50)))
         bad = tensors(rows.head(3))
         bad["Amount"][1, 0] = b"twelve"
         with pytest.raises(InferenceServerException, match=r"'Amount'.*twelve"):
             http.infer("ensemble", _http_inputs(bad))
-        assert http.infer("ensemble", _http_inputs(tensors(rows.head(3)))).as_numpy("predictions").shape == (3, 1)
+        assert http.infer("ensemble", _http_inputs(tensors(rows.head(3)))).as_numpy("predictions").shape == (3,)
 
 
 def test_probabilities_and_shap_values(trained, fraud_frame, tmp_path):
@@ -86,6 +86,6 @@ def test_probabilities_and_shap_values(trained, fraud_frame, tmp_path):
     with RealTritonServer(root) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         result = client.infer("ensemble", _http_inputs(tensors(rows)))
-    np.testing.assert_allclose(result.as_numpy("predictions")[:, 0], trained.predict_proba(rows), rtol=1e-6)
+    np.testing.assert_allclose(result.as_numpy("predictions"), trained.predict_proba(rows), rtol=1e-6)
     shap = booster.predict(xgb.DMatrix(features), pred_contribs=True, validate_features=False)
     np.testing.assert_allclose(result.as_numpy("shap_values"), shap, rtol=1e-5, atol=1e-6)

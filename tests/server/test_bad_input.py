@@ -190,9 +190,9 @@ def test_the_server_still_serves_after_every_bad_input(server, clients, fraud_fr
     http, grpc = clients
     tensors = _ensemble_inputs(fraud_frame, rows=8)
     expected = trained.predict(fraud_frame.head(8))
-    got_in_process = server.infer(InferRequest("ensemble", tensors), timeout_s=60).as_numpy("predictions")[:, 0]
-    got_http = http.infer("ensemble", _wire_inputs(httpclient, tensors)).as_numpy("predictions")[:, 0]
-    got_grpc = grpc.infer("ensemble", _wire_inputs(grpcclient, tensors)).as_numpy("predictions")[:, 0]
+    got_in_process = server.infer(InferRequest("ensemble", tensors), timeout_s=60).as_numpy("predictions")
+    got_http = http.infer("ensemble", _wire_inputs(httpclient, tensors)).as_numpy("predictions")
+    got_grpc = grpc.infer("ensemble", _wire_inputs(grpcclient, tensors)).as_numpy("predictions")
     for got in (got_in_process, got_http, got_grpc):
         np.testing.assert_array_equal(got, expected)
     assert server.pending_requests == 0
@@ -209,9 +209,9 @@ def test_nan_into_the_fil_model_is_xgboosts_missing_value_on_all_paths(server, c
     expected = (proba > trained.threshold).astype(np.float32)
     tensors = {"input__0": features}
     got = [
-        server.infer(InferRequest("fil", tensors), timeout_s=60).as_numpy("output__0")[:, 0],
-        http.infer("fil", _wire_inputs(httpclient, tensors)).as_numpy("output__0")[:, 0],
-        grpc.infer("fil", _wire_inputs(grpcclient, tensors)).as_numpy("output__0")[:, 0],
+        server.infer(InferRequest("fil", tensors), timeout_s=60).as_numpy("output__0"),
+        http.infer("fil", _wire_inputs(httpclient, tensors)).as_numpy("output__0"),
+        grpc.infer("fil", _wire_inputs(grpcclient, tensors)).as_numpy("output__0"),
     ]
     for answer in got:
         np.testing.assert_array_equal(answer, expected)
@@ -300,7 +300,7 @@ def test_the_first_step_checks_only_the_batch_size_it_may_bound_lower(server, fr
     try:
         with pytest.raises(InvalidArgumentError, match=r"step 0 \('preprocessing'\).*batch-size must be <= 1"):
             client.infer("ensemble", _ensemble_inputs(fraud_frame, rows=2))
-        assert client.infer("ensemble", _ensemble_inputs(fraud_frame, rows=1)).as_numpy("predictions").shape == (1, 1)
+        assert client.infer("ensemble", _ensemble_inputs(fraud_frame, rows=1)).as_numpy("predictions").shape == (1,)
     finally:
         server.update_batching("preprocessing", max_batch_size=before)
 

@@ -646,7 +646,7 @@ def test_the_fraud_ensemble_caches_its_fil_step_under_load(trained, fraud_frame,
     with serve(root, cache_size_bytes=8 * MB) as server:
         client = server.client()
         with ThreadPoolExecutor(24) as pool:
-            got = list(pool.map(lambda i: client.infer("ensemble", rows.iloc[i:i + 1]).as_numpy("predictions")[0, 0],
+            got = list(pool.map(lambda i: client.infer("ensemble", rows.iloc[i:i + 1]).as_numpy("predictions")[0],
                                 order))
         np.testing.assert_allclose(got, trained.predict_proba(rows)[order], rtol=1e-5)
         fil = model_stats(server, "fil")

@@ -449,7 +449,7 @@ def test_corrupt_models_are_unavailable_with_a_reason_naming_model_and_file(corr
         features = trained.features(rows).astype(np.float32)
         answers = [paths.infer(path, "fil", {"input__0": features}, "output__0") for path in PATHS]
         clear = np.abs(trained.predict_proba(rows) - trained.threshold) > 1e-4  # FIL sums in float32
-        np.testing.assert_array_equal(answers[0][clear, 0], trained.predict(rows)[clear])
+        np.testing.assert_array_equal(answers[0][clear], trained.predict(rows)[clear])
         for answer in answers[1:]:
             np.testing.assert_array_equal(answer, answers[0])
 

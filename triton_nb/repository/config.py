@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.repository.fields import check_fields
+from triton_nb.repository.fil_semantics import answer_row_dims
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -469,8 +470,14 @@ def _check_fil(config: ModelConfig, model: str, file: str) -> list[Problem]:
         shap_dims = _dims(outputs["treeshap_output"])
         if features and features[-1] > 0 and shap_dims and shap_dims[-1] not in (-1, features[-1] + 1):
             problem("output", f"treeshap_output dims {shap_dims} must end in num_features + 1 = {features[-1] + 1}")
+    answers = {}
+    for name, tensor in outputs.items():
+        try:
+            answers[name] = answer_row_dims(tensor.dims)
+        except ValueError as exc:
+            problem("output", f"{name} {exc}")
     is_class_output = classifier == "true" and parameters.get("predict_proba") != "true"
-    if is_class_output and "output__0" in outputs and _dims(outputs["output__0"]) not in ([1], [-1]):
-        problem("output", f"output__0 of a classifier without predict_proba has dims [1], not "
+    if is_class_output and answers.get("output__0", ()) != ():
+        problem("output", f"output__0 of a classifier without predict_proba has dims [1] (one value a row), not "
                     f"{_dims(outputs['output__0'])}")
     return problems

@@ -412,7 +412,9 @@ def export_tree_model(
     with ``predict_proba``, the probabilities: ``[num_classes]`` for multiclass, ``[2]`` (``1-p,
     p``) or ``[1]`` (``proba_width=1``, P(class 1)) for binary. Regressors give their value.
     ``treeshap_output`` adds the SHAP output (``[num_features + 1]``, or ``[num_classes,
-    num_features + 1]`` for multiclass; bias last).
+    num_features + 1]`` for multiclass; bias last). These are the configured dims; FIL (and the
+    ``"python"`` twin) answer with every dim of size 1 squeezed out, so ``[1]`` answers ``[rows]``
+    (:func:`~triton_nb.repository.fil_semantics.answer_row_dims`).
     """
     if model_backend not in MODEL_BACKENDS:
         raise InvalidArgumentError(f"model_backend must be one of {', '.join(MODEL_BACKENDS)}, got {model_backend!r}")

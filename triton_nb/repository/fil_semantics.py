@@ -8,6 +8,10 @@ The FIL backend's ``output__0`` depends on three parameters (all strings in ``co
 * ``predict_proba "true"`` — probabilities: a binary classifier gives dims ``[1]`` (P(class 1))
   or ``[2]`` (``1 - p, p``), a multiclass one ``[num_classes]``.
 
+The answer's shape is not the configured one: the FIL backend builds its state with rapids-triton's
+``squeeze_output``, which puts the batch dim in front and then drops every dim of size 1
+(:func:`answer_row_dims`). So ``dims: [1]`` answers ``[rows]``, ``dims: [2]`` ``[rows, 2]``.
+
 Since release 25.09 the FIL backend also accepts ``is_classifier`` for ``output_class``. SHAP
 values are not a parameter: declaring an output named ``treeshap_output`` asks for them.
 
@@ -18,14 +22,35 @@ beside its ``model.py`` and give the same answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FilSettings", "fil_output"]
+__all__ = ["FilSettings", "answer_row_dims", "fil_output"]
 
 _MODEL_TYPES = ("xgboost", "xgboost_json", "xgboost_ubj", "lightgbm", "treelite_checkpoint")
+
+
+def answer_row_dims(dims: Sequence[int]) -> tuple[int, ...]:
+    """The dims of one row of a FIL answer, from the output's configured ``dims``.
+
+    rapids-triton's ``squeeze_output``, which the FIL backend turns on "to handle a bad choice of
+    convention in the original FIL backend", puts a batch dim in front unless the dims already
+    start with -1, then erases every dim of size 1: ``[1]`` -> ``()`` (answers ``[rows]``),
+    ``[2]`` -> ``(2,)``, ``[1, 2]`` -> ``(2,)``, ``[-1]`` -> ``()``.
+
+    A variable dim left after the batch dim raises ValueError in FIL's words: FIL asks for its
+    outputs by the configured shape, so it cannot size such a buffer.
+    """
+    shape = [int(d) for d in dims]
+    if not shape or shape[0] != -1:
+        shape.insert(0, -1)
+    row = tuple(d for d in shape[1:] if d != 1)
+    if any(d < 0 for d in row):
+        raise ValueError(f"dims {list(dims)}: Backends with variable-shape outputs must request desired output "
+                         f"shape (FIL sizes its answer from the configured dims; only a leading -1 is allowed)")
+    return row
 
 
 def _flag(parameters: Mapping[str, str], name: str, default: str) -> bool:

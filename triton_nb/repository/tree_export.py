@@ -6,8 +6,9 @@
   named as FIL expects for its ``model_type``;
 * :func:`write_onnx_model` — the same model as ``model.onnx`` for the ONNX Runtime backend, with
   FIL's tensor names (``input__0`` / ``output__0``) and FIL's output semantics
-  (:func:`triton_nb.repository.fil_semantics.fil_output`) built into the graph, so a client cannot
-  tell the two deployments apart.
+  (:func:`triton_nb.repository.fil_semantics.fil_output`) built into the graph; it answers the
+  graph's ``[rows, width]`` where FIL squeezes a width of 1 away (``[rows]``), because Triton's
+  ONNX Runtime backend checks the graph's shapes against ``dims``, which cannot be empty.
 
 FIL facts this module relies on (FIL backend sources, ``src/tl_model.h`` and ``src/tl_utils.h``):
 FIL parses every format with Treelite; ``model_type "xgboost"`` is XGBoost's legacy binary format,

@@ -47,7 +47,7 @@ from triton_nb.backends.fil.engines import (
 from triton_nb.backends.fil.loading import _load_model
 from triton_nb.errors import InvalidArgumentError, UnavailableError
 from triton_nb.repository.config import fil_parameters
-from triton_nb.repository.fil_semantics import FilSettings, fil_output
+from triton_nb.repository.fil_semantics import FilSettings, answer_row_dims, fil_output
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["ENGINES", "FilBackend"]
@@ -120,11 +120,16 @@ class FilBackend(Backend):
         if engine is not None and engine not in ENGINES:
             raise InvalidArgumentError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.threads = self._threads(parameters)
-        self._batching = config.max_batch_size > 0
-        self._outputs = {o.name: list(o.dims) for o in config.output}
+        # Each output answers in FIL's shape, [rows, *row dims] with every dim of size 1 squeezed out
+        # (answer_row_dims), not in the configured one: a client written here works on real FIL.
+        try:
+            self._outputs = {o.name: answer_row_dims(o.dims)
+                             for o in config.output}
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{self._where}: output {exc}") from None
         if _OUTPUT not in self._outputs:
             raise InvalidArgumentError(f"{self._where}: a FIL model must declare the output '{_OUTPUT}'")
-        self._proba_width = 2 if (self._outputs[_OUTPUT] or [1])[-1] == 2 else 1
+        self._proba_width = 2 if int(np.prod(self._outputs[_OUTPUT])) == 2 else 1
         self.model = _load_model(context, self.settings.model_type, parameters)
         self._check_input()
 
@@ -417,20 +422,14 @@ class FilBackend(Backend):
         if self._shap is not None:
             produced[_SHAP] = self._shap(sample)
         for name, values in produced.items():
-            dims = self._outputs[name]
             per_row = values.shape[1:]
-            size = int(np.prod(per_row))
-            if -1 in dims:
-                fixed = int(np.prod([d for d in dims if d != -1]))
-                fits = dims.count(-1) == 1 and size % max(fixed, 1) == 0
-            else:
-                fits = int(np.prod(dims)) == size
-            if not fits:
+            if int(np.prod(self._outputs[name])) != int(np.prod(per_row)):
+                declared = next(list(o.dims) for o in self.context.config.output if o.name == name)
                 raise InvalidArgumentError(
-                    f"{self._where}: output '{name}' is declared with dims {dims}, but the model gives "
+                    f"{self._where}: output '{name}' is declared with dims {declared}, but the model gives "
                     f"{list(per_row)} per row"
                 )
-        self._shapes = {name: tuple(self._outputs[name]) for name in produced}
+        self._shapes = {name: self._outputs[name] for name in produced}
 
     # ------------------------------------------------------------------ introspection
 
@@ -460,13 +459,12 @@ class FilBackend(Backend):
         name, version = self.context.name, self.context.version
         responses: list[InferResponse | None] = [None] * len(requests)
         arrays: list[np.ndarray] = []
-        served: list[tuple[int, bool]] = []  # (request index, whether its input was one unbatched row)
+        served: list[int] = []  # the indices of the requests that go into the batch
         features = self.model.num_feature
         for index, request in enumerate(requests):
             array = request.inputs.get(_INPUT)
-            single = False
             if array is not None and array.ndim == 1 and array.shape[0] == features:
-                array, single = array.reshape(1, features), not self._batching
+                array = array.reshape(1, features)  # one row, answered as FIL answers a batch of one
             if array is None or array.ndim != 2 or array.shape[1] != features:
                 got = "none" if array is None else f"shape {list(array.shape)}"
                 responses[index] = InferResponse.failed(request, InvalidArgumentError(
@@ -474,7 +472,7 @@ class FilBackend(Backend):
                 ), version)
                 continue
             arrays.append(array)
-            served.append((index, single))
+            served.append(index)
         if arrays:
             x = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
             if x.dtype != np.float32 or not x.flags.c_contiguous or not x.flags.aligned:
@@ -483,9 +481,9 @@ class FilBackend(Backend):
                 x = np.require(x, np.float32, ("C", "A"))
             outputs = self._predict(x)
             start = 0
-            for (index, single), array in zip(served, arrays, strict=True):
+            for index, array in zip(served, arrays, strict=True):
                 stop = start + array.shape[0]
-                result = {key: value[start] if single else value[start:stop] for key, value in outputs.items()}
+                result = {key: value[start:stop] for key, value in outputs.items()}
                 responses[index] = InferResponse(name, version, result, request_id=requests[index].request_id)
                 start = stop
         return responses  # type: ignore[return-value]
@@ -494,7 +492,7 @@ class FilBackend(Backend):
         rows = x.shape[0]
         shapes = self._shapes
         if rows == 0:
-            return {key: np.zeros((0, *(max(d, 0) for d in dims)), dtype=np.float32) for key, dims in shapes.items()}
+            return {key: np.zeros((0, *dims), dtype=np.float32) for key, dims in shapes.items()}
         selector = self._selector
         band = bisect.bisect_right(_BAND_EDGES, rows)
         if selector.adaptive:

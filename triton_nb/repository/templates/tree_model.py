@@ -40,19 +40,29 @@ class TritonPythonModel:
         nthread = parameters.get("cpu_nthread")
         if nthread:
             self.booster.set_param({"nthread": int(nthread)})
-        output = pb_utils.get_output_config_by_name(config, "output__0")
-        self.proba_width = int(output["dims"][-1]) if output and output.get("dims") else 1
+        # Answer in FIL's shapes: [rows, *dims] with every dim of size 1 squeezed out, as rapids-triton's
+        # squeeze_output does for the FIL backend, so clients see the same shapes on either.
+        self.row_dims = {}
+        for name in ("output__0", "treeshap_output"):
+            output = pb_utils.get_output_config_by_name(config, name)
+            if output:
+                dims = [int(d) for d in output.get("dims") or [1]]
+                self.row_dims[name] = fil_semantics.answer_row_dims(dims)
+        self.proba_width = 2 if int(np.prod(self.row_dims["output__0"])) == 2 else 1
         self.xgboost = xgboost
 
     def execute(self, requests):
         arrays = [pb_utils.get_input_tensor_by_name(r, "input__0").as_numpy() for r in requests]
         features = np.concatenate(arrays, axis=0).astype(np.float32, copy=False)
+        rows = features.shape[0]
         outputs = fil_semantics.fil_output(self.booster.inplace_predict(features), self.settings, self.proba_width)
+        outputs = outputs.reshape(rows, *self.row_dims["output__0"])
         shap = None
         if self.settings.treeshap_output:
             # Tensors carry no feature names; the positions are the contract, as in FIL.
             matrix = self.xgboost.DMatrix(features)
             shap = self.booster.predict(matrix, pred_contribs=True, validate_features=False).astype(np.float32)
+            shap = shap.reshape(rows, *self.row_dims["treeshap_output"])
         responses = []
         start = 0
         for array in arrays:
