@@ -234,13 +234,36 @@ class Server:
         return self._started and not self._stopped
 
     def is_server_ready(self) -> bool:
-        """Ready when live and every model that was asked for is ready (Triton's strict readiness)."""
-        return self.is_server_live() and self._manager.all_ready()
+        """Ready when live and every model that was asked for is ready (Triton's strict
+        readiness), each loaded version's instances included (Triton 2.67: a Python model's
+        ``is_ready()``)."""
+        if not (self.is_server_live() and self._manager.all_ready()):
+            return False
+        with self._manager.models_lock:
+            loaded = [version for model in self._manager.models.values() for version in model.versions.values()]
+        return all(self._instances_ready(version) for version in loaded)
 
     def is_model_ready(self, name: str, version: int = -1) -> bool:
+        """Whether ``name`` (at ``version``) serves: loaded, and every instance ready, which asks
+        a Python model's ``is_ready()`` where it defines one (Triton 2.67)."""
         try:
-            self._resolve(name, version)
+            target = self._resolve(name, version)
         except TritonNBError:
+            return False
+        return self._instances_ready(target)
+
+    @staticmethod
+    def _instances_ready(target: Any) -> bool:
+        """Triton's ``TritonModel::IsReady``: every instance's check passes (an ensemble's always do)."""
+        if target.ensemble is not None:
+            return True
+        try:
+            for instance in target.scheduler.instances():
+                check = getattr(instance, "check_ready", None)
+                if check is not None:
+                    check()
+        except TritonNBError as exc:
+            log.info("model '%s' version %s is not ready: %s", target.name, target.version, exc)
             return False
         return True
 

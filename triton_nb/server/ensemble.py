@@ -240,7 +240,7 @@ class EnsembleScheduler:
                 model_name=step.model_name, model_version=step.model_version,
                 inputs={name: run.tensors[tensor] for name, tensor in step.inputs},
                 requested_outputs=list(step.requested), request_id=request.request_id, priority=request.priority,
-                timeout_microseconds=request.timeout_microseconds)
+                timeout_microseconds=request.timeout_microseconds, cancelled=request.cancelled)
             try:
                 future = submit(step_request)
             except Exception as exc:  # refused at once (unknown, not ready, queue full)
@@ -417,6 +417,8 @@ class _EnsembleRun:
                 # sequence model
                 parameters={key: value for key, value in self.request.parameters.items() if key in _SEQUENCE_KEYS}
                 if self.request.parameters else {},
+                # Triton cancels the step requests of a cancelled ensemble request as it schedules them
+                cancelled=self.request.cancelled,
             )
             self.scheduler._submit_step(self, index, step_request)
 
