@@ -601,7 +601,7 @@ class Scheduler:
                 [(finished_ns - p.request.arrival_ns, p.request.timing.get("queue", 0), rows)
                  for p in successes for rows in (p.request.carried_rows or (p.rows,))],
                 compute_input_ns=timing.get("compute_input", 0), compute_infer_ns=timing.get("compute_infer", 0),
-                compute_output_ns=timing.get("compute_output", 0))
+                compute_output_ns=timing.get("compute_output", 0), first_response=outcome is not None)
         self._count_failures(failures, "BACKEND", finished_ns)
         self._count_failures(canceled, "CANCELED", finished_ns)
         for pending, answer, succeeded in answers:
@@ -619,8 +619,9 @@ class Scheduler:
         now_ns = self._clock_ns() if now_ns is None else now_ns
         for pending in batch:
             for _ in range(pending.request.counted_requests()):
+                # (a decoupled request's first response is observed by its sender, if it sent one)
                 self._stats.record_request(success=False, request_ns=max(0, now_ns - pending.request.arrival_ns),
-                                           reason=reason)
+                                           reason=reason, first_response=pending.request.response_sender is None)
 
     def _reject(self, pending: _Pending, error: BaseException) -> None:
         """Fail a queued request that never ran, off the pending gauge: Triton's REJECTED (or

@@ -51,7 +51,7 @@ from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.rate_limiter import RateLimiter
 from triton_nb.server.settings import ServerSettings, parameters_doc
 from triton_nb.server.shared_memory import SharedMemoryRegistry
-from triton_nb.server.stats import ServerStats
+from triton_nb.server.stats import ModelStats, ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["Server"]
@@ -450,14 +450,16 @@ class Server:
         which leaves only the batch size to check."""
         if self._stopped:
             raise UnavailableError("the server is stopped")
+        sender = request.response_sender
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
                 _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
                                max_string_bytes, given=given is not None and given(target))
             except TritonNBError:
+                # refused before it was scheduled: an error returned, no response sent (Triton's InferAsync)
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
-                                            reason="OTHER")
+                                            reason="OTHER", first_response=False)
                 raise
             lookup = None
             if self._cache is not None:  # a hit is answered (and counted) here, never queued
@@ -468,16 +470,18 @@ class Server:
                 future = target.ensemble.run(request)  # it counts its requests itself, as the batcher does
                 return future if lookup is None else lookup.finish(future)
             future = ResponseFuture()
+            if sender is not None and target.stats.observes_first_responses:
+                request.response_sender = _observing_first_response(sender, target.stats, request.arrival_ns)
             try:
                 target.scheduler.enqueue(request, future)
             except UnavailableError:
                 # A reload swapped this version out between resolve and enqueue: the new one serves.
                 if attempt < 2 and self._resolve(request.model_name, request.model_version) is not target:
                     continue
-                target.stats.record_request(success=False, request_ns=0, reason="REJECTED")
+                target.stats.record_request(success=False, request_ns=0, reason="REJECTED", first_response=False)
                 raise
             except TritonNBError:
-                target.stats.record_request(success=False, request_ns=0, reason="OTHER")
+                target.stats.record_request(success=False, request_ns=0, reason="OTHER", first_response=False)
                 raise
             # the scheduler counts it: pending, then success or failure with its batch
             return future if lookup is None else lookup.finish(future)
@@ -576,3 +580,18 @@ class Server:
             return path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise InternalError(f"model '{name}': label file {spec.label_filename!r} cannot be read: {exc}") from None
+
+
+def _observing_first_response(sender: Callable[[InferResponse | None, bool], None], stats: ModelStats,
+                              arrival_ns: int) -> Callable[[InferResponse | None, bool], None]:
+    """``sender``, observing the request's first response in ``stats``' first-response histogram
+    as it is sent (Triton's ``InferenceResponse::Send``; a final flag alone is no response)."""
+    sent = [False]
+
+    def send(response: InferResponse | None, final: bool) -> None:
+        if response is not None and not sent[0]:
+            sent[0] = True
+            stats.observe_first_response(time.monotonic_ns() - arrival_ns)
+        sender(response, final)
+
+    return send
