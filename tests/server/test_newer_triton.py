@@ -214,3 +214,53 @@ def test_every_model_observes_its_first_responses(tmp_path, python_instances):
     # plain: 1 success + 1 error + the ensemble's 2 steps; streaming: one first response of its
     # three, none for the request that sent none
     assert counts == {"plain": 4, "streaming": 1, "pair": 1}
+
+
+# ---------------------------------------------------------------------- a request cancelled while queued
+# Y = X; X[0] of 1 waits (at most 60 s) until the test lets it go, holding the model's one instance
+GATED = '''
+import sys
+import threading
+import types
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        gates = sys.modules.setdefault("_triton_nb_cancel_gates", types.ModuleType("gates"))
+        self.gate = gates.__dict__.setdefault("gate", {"running": threading.Event(), "go": threading.Event(),
+                                                       "executed": []})
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            self.gate["executed"].append(float(x[0]))
+            if x[0] == 1:
+                self.gate["running"].set()
+                self.gate["go"].wait(60)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return out
+'''
+
+
+def test_a_request_cancelled_while_queued_never_runs(tmp_path):
+    from triton_nb.errors import RequestCancelledError
+
+    write(tmp_path, "gated", ONE.format(name="gated", extra="instance_group [ { count: 1 kind: KIND_CPU } ]"), GATED)
+    sys.modules.pop("_triton_nb_cancel_gates", None)
+    with serve(tmp_path) as server:
+        gate = sys.modules["_triton_nb_cancel_gates"].__dict__["gate"]
+        holding = server.infer_async(InferRequest("gated", {"X": np.array([1.0], np.float32)}))
+        assert gate["running"].wait(60)
+        queued = InferRequest("gated", {"X": np.array([2.0], np.float32)})
+        waiting = server.infer_async(queued)
+        queued.cancelled = True  # what a BLS caller's ResponseIterator.cancel() does
+        gate["go"].set()
+        assert float(holding.result(timeout=60).outputs["Y"][0]) == 1.0
+        with pytest.raises(RequestCancelledError, match="model 'gated': the request was cancelled before it ran"):
+            waiting.result(timeout=60)
+        stats = server.statistics("gated")["model_stats"][0]["inference_stats"]
+    assert gate["executed"] == [1.0]
+    assert stats["fail"]["count"] == 1 and stats["success"]["count"] == 1
