@@ -19,6 +19,7 @@ __all__ = [
     "MissingDependencyError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "RequestCancelledError",
     "TritonNBError",
     "UnavailableError",
     "UnsafeFileError",
@@ -81,6 +82,14 @@ class MethodNotAllowedError(TritonNBError):
 
     http_status = 405
     grpc_code = "UNIMPLEMENTED"
+
+
+class RequestCancelledError(TritonNBError):
+    """The request was cancelled (a model answered ``TritonError.CANCELLED``); Triton's HTTP
+    front end answers it with 400, gRPC with CANCELLED."""
+
+    http_status = 400
+    grpc_code = "CANCELLED"
 
 
 class InternalError(TritonNBError, RuntimeError):

@@ -125,6 +125,13 @@ class InferRequest:
     # An ensemble step carrying the rows of several ensemble requests as one request: the rows of
     # each, in order. The model's statistics count it as that many requests; () is one request.
     carried_rows: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    # Set once the request is cancelled (a BLS caller's ``ResponseIterator.cancel()``): never
+    # cleared, as Triton's flag; the model reads it with ``request.is_cancelled()``.
+    cancelled: bool = field(default=False, repr=False, compare=False)
+
+    def is_cancelled(self) -> bool:
+        """Whether the request was cancelled (Triton's ``TRITONBACKEND_RequestIsCancelled``)."""
+        return self.cancelled
 
     def counted_requests(self) -> int:
         """How many requests this one counts as in the statistics (more than 1 when carried)."""

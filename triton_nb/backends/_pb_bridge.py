@@ -43,7 +43,14 @@ from typing import Any
 from triton_nb.backends._pb_context import CallContext, calling, register_owner, unregister_owner
 from triton_nb.backends._pb_errors import ErrorCode
 from triton_nb.backends._pb_inference import Forward, InferenceRequest, InferenceResponse
-from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
+from triton_nb.errors import (
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    RequestCancelledError,
+    TritonNBError,
+    UnavailableError,
+)
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = [
@@ -65,6 +72,7 @@ _CODE_TO_ERROR: dict[int, type[TritonNBError]] = {
     ErrorCode.INVALID_ARG: InvalidArgumentError,
     ErrorCode.NOT_FOUND: NotFoundError,
     ErrorCode.UNAVAILABLE: UnavailableError,
+    ErrorCode.CANCELLED: RequestCancelledError,
 }
 
 

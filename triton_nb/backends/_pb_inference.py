@@ -52,18 +52,30 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 
 def _parameters_json(parameters: Any, what: str) -> str:
+    """``parameters`` as the JSON string Triton keeps (python_backend's ``PyParametersToJSON``):
+    a dict of str keys and bool, int or str values; anything else is refused in Triton's words,
+    with the offending parameter named."""
     if parameters is None:
         return "{}"
     if not isinstance(parameters, dict):
-        raise TritonModelException(f"{what}: parameters must be a dict, got {type(parameters).__name__}")
+        raise TritonModelException(f"{what}: expect parameters to be a dict, got {type(parameters)}")
     for key, value in parameters.items():
         if not isinstance(key, str):
-            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key).__name__}")
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)} "
+                                       f"(parameter {key!r})")
         if not isinstance(value, (bool, int, str)):
-            raise TritonModelException(
-                f"Expect parameters values to have type bool/int/str, found type {type(value).__name__}"
-            )
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type "
+                                       f"{type(value)} (parameter '{key}')")
     return json.dumps(parameters)
+
+
+def _bls_parameters(parameters: dict[str, Any] | None) -> str:
+    """A BLS response's parameters as python_backend's request executor writes them: compact JSON
+    (TritonJson) of the int, bool and str parameters; another type is an error (raised)."""
+    for key, value in (parameters or {}).items():
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(f"Unsupported parameter type for parameter '{key}'.")
+    return json.dumps(parameters or {}, separators=(",", ":"), ensure_ascii=False)
 
 
 #: How a request the server handed to ``execute()`` passes a decoupled model's responses on:
@@ -112,10 +124,14 @@ class InferenceResponse:
     def _from_server(cls, response: InferResponse) -> InferenceResponse:
         """A BLS answer: the server's response as the model sees it."""
         error = triton_error_from_exception(response.error) if response.error is not None else None
-        tensors = [Tensor._wrap(name, array) for name, array in response.outputs.items()] if error is None else []
-        out = cls(tensors, error)
-        parameters = {k: v for k, v in (response.parameters or {}).items() if isinstance(v, (bool, int, str))}
-        out._parameters = json.dumps(parameters)
+        if error is not None:  # python_backend reads no parameters of a failed response
+            return cls(error=error)
+        try:
+            parameters = _bls_parameters(response.parameters)
+        except TritonModelException as exc:  # as python_backend: the whole response becomes the error
+            return cls(error=TritonError(str(exc)))
+        out = cls([Tensor._wrap(name, array) for name, array in response.outputs.items()])
+        out._parameters = parameters
         return out
 
     @classmethod
@@ -442,6 +458,8 @@ class ResponseIterator:
     (it may have no output tensors). Iterating again after the end replays the responses."""
 
     def __init__(self) -> None:
+        self._server: ServerHandle | None = None
+        self._request: InferRequest | None = None
         self._queue: queue.SimpleQueue[InferenceResponse | None] = queue.SimpleQueue()
         self._responses: list[InferenceResponse] = []
         self._finished = False
@@ -452,6 +470,7 @@ class ResponseIterator:
     @classmethod
     def _start(cls, server: ServerHandle, request: InferRequest) -> ResponseIterator:
         iterator = cls()
+        iterator._server, iterator._request = server, request
         request.response_sender = iterator._receive
         try:
             future = server.infer_async(request)
@@ -466,7 +485,11 @@ class ResponseIterator:
             if self._final_seen:
                 return
             self._final_seen = final
-        converted = InferenceResponse._from_server(response) if response is not None else InferenceResponse()
+        if response is not None:
+            converted = InferenceResponse._from_server(response)
+        else:  # a final flag alone: python_backend's empty last response, with no parameters at all
+            converted = InferenceResponse()
+            converted._parameters = ""
         self._queue.put(converted)
         if final:
             self._queue.put(None)
@@ -508,5 +531,17 @@ class ResponseIterator:
         return item
 
     def cancel(self) -> None:
-        """Accepted for compatibility; triton_nb cannot cancel a running request."""
+        """Cancel the BLS request (Triton 2.57): the called model's ``request.is_cancelled()``
+        turns true, and it decides how to end, usually with a final response carrying a
+        ``TritonError.CANCELLED`` error, which ends this iteration as any final response does.
+        Nothing happens once the final response has come (python_backend's ``Cancel``)."""
+        with self._lock:
+            if self._final_seen or self._request is None:
+                return
+            request = self._request
+        request.cancelled = True
+        # a model in a process of its own: its server proxy passes the cancellation on
+        cancel = getattr(self._server, "cancel_request", None)
+        if cancel is not None:
+            cancel(request)
 

@@ -36,7 +36,8 @@ import sys
 import threading
 import types
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 
@@ -61,10 +62,13 @@ class _ServerProxy:
         self._ids = itertools.count(1)
         self._calls: dict[int, Future] = {}
         self._streams: dict[int, Any] = {}
+        self._requests: dict[int, Any] = {}  # call -> the model's BLS request it runs
         self._lock = threading.Lock()
 
     def _call(self, method: str, *args: Any, sender: Any = None, **kwargs: Any) -> Future:
-        call = next(self._ids)
+        return self._numbered_call(next(self._ids), method, *args, sender=sender, **kwargs)
+
+    def _numbered_call(self, call: int, method: str, *args: Any, sender: Any = None, **kwargs: Any) -> Future:
         future: Future = Future()
         with self._lock:
             self._calls[call] = future
@@ -74,8 +78,24 @@ class _ServerProxy:
         return future
 
     def infer_async(self, request: Any) -> Future:
-        sender = request.response_sender
-        return self._call("infer", replace(request, response_sender=None), sender=sender)
+        call = next(self._ids)
+        with self._lock:
+            self._requests[call] = request  # what cancel_request looks for, while the call runs
+        return self._numbered_call(call, "infer", replace(request, response_sender=None),
+                                   sender=request.response_sender)
+
+    def cancel_request(self, request: Any) -> None:
+        """A BLS request's ``ResponseIterator.cancel()``: the server cancels the request it runs for
+        this call; as python_backend's ``PbBLSCancel``, the model waits for that to be done."""
+        with self._lock:
+            call = next((call for call, running in self._requests.items() if running is request), None)
+        if call is not None:
+            self._call("cancel_call", call).result()
+
+    def request_cancelled(self, batch: int, index: int) -> bool:
+        """Whether request ``index`` of batch ``batch`` was cancelled, asked of the server as
+        python_backend's stub asks (``PYTHONSTUB_IsRequestCancelled``)."""
+        return bool(self._call("request_cancelled", batch, index).result())
 
     def infer(self, request: Any) -> Any:
         return self.infer_async(request).result()
@@ -93,6 +113,7 @@ class _ServerProxy:
         with self._lock:
             future = self._calls.pop(call, None)
             self._streams.pop(call, None)
+            self._requests.pop(call, None)
         if future is None:
             return
         if ok:
@@ -110,6 +131,7 @@ class _ServerProxy:
         with self._lock:
             calls, self._calls = self._calls, {}
             self._streams.clear()
+            self._requests.clear()
         for future in calls.values():
             future.set_exception(error)
 
@@ -183,6 +205,18 @@ def main() -> int:
     from triton_nb.errors import InternalError, TritonNBError
     from triton_nb.tensors import InferRequest
 
+    @dataclass
+    class _StubRequest(InferRequest):
+        """A served request in the model's process: ``is_cancelled()`` asks the server, where the
+        request may be cancelled meanwhile; once true, the answer is kept (the flag never clears)."""
+
+        probe: Any = field(default=None, repr=False, compare=False)
+
+        def is_cancelled(self) -> bool:
+            if not self.cancelled and self.probe is not None:
+                self.cancelled = self.probe()
+            return self.cancelled
+
     channel = Channel(socket.socket(fileno=fds[0]))
     message = channel.recv()
     if message is not None and message[0] == "autocomplete":
@@ -238,8 +272,19 @@ def main() -> int:
             proxy.resolve(call, ok, value if ok else error_from_wire(value))
         elif op == "server_stream":
             proxy.stream(*args)
+        elif op == "is_ready":
+            # the model's is_ready() may make BLS calls, whose answers this thread reads
+            threading.Thread(target=answer_is_ready, args=args, daemon=True, name="triton-nb-stub-is-ready").start()
         elif op == "finalize":
             leave(0)
+
+    def answer_is_ready(query: int) -> None:
+        try:
+            answer: tuple = ("is_ready_answer", query, True, state["backend"].call_is_ready())
+        except TritonNBError as exc:
+            answer = ("is_ready_answer", query, False, error_to_wire(exc))
+        with contextlib.suppress(OSError):
+            channel.send(answer)
 
     def on_batch(op: str, args: tuple) -> None:
         if op == "execute":
@@ -258,12 +303,13 @@ def main() -> int:
     def run_batch(batch: int, arena: str, specs: list, plan: list, metas: list) -> None:
         backend = state["backend"]
         inputs = unpack_batch(reader.read(arena, specs), plan, len(metas))
-        requests = [InferRequest(
+        requests = [_StubRequest(
             model_name=meta["model_name"], inputs=tensors, model_version=meta["model_version"],
             requested_outputs=meta["requested_outputs"], request_id=meta["request_id"],
             parameters=meta["parameters"], priority=meta["priority"],
             timeout_microseconds=meta["timeout_microseconds"],
-            response_sender=sender_for(batch, index) if meta["stream"] else None)
+            response_sender=sender_for(batch, index) if meta["stream"] else None,
+            cancelled=meta["cancelled"], probe=partial(proxy.request_cancelled, batch, index))
             for index, (meta, tensors) in enumerate(zip(metas, inputs, strict=True))]
         try:
             responses = backend.execute(requests)
@@ -297,7 +343,7 @@ def main() -> int:
     gc.collect()
     gc.freeze()
     state["backend"] = backend
-    channel.send(("ready", os.getpid()))
+    channel.send(("ready", os.getpid(), backend.has_is_ready))
     serve(data, on_batch)  # never returns: the process ends in leave()
     return 0
 

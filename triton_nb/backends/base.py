@@ -99,5 +99,9 @@ class Backend(ABC):
         True when it does. Most backends are warm once loaded."""
         return True
 
+    def check_ready(self) -> None:  # noqa: B027 - optional hook, like TRITONBACKEND_ModelInstanceReady
+        """Raise the error that says why the instance is not ready; return when it is. The model's
+        readiness asks every instance (Triton's ``TritonModel::IsReady``); most are ready once loaded."""
+
     def finalize(self) -> None:  # noqa: B027 - optional hook, like Triton's finalize
         """Release what the instance holds; called once when the version unloads."""

@@ -63,7 +63,7 @@ import re
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,13 +72,14 @@ from typing import TYPE_CHECKING, Any
 from triton_nb.backends import _pb_bridge as bridge
 from triton_nb.backends import pb_utils
 from triton_nb.backends.base import Backend, ModelContext
-from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError
+from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:  # the config's protobuf is imported where it is used: a process instance runs without it
     from triton_nb.repository.config import ModelConfig
 
-__all__ = ["PythonBackend", "PythonModelSettings", "auto_complete", "complete_config_json", "install_pb_utils"]
+__all__ = ["USER_READINESS_TIMEOUT_S", "PythonBackend", "PythonModelSettings", "UserReadiness", "auto_complete",
+           "complete_config_json", "install_pb_utils"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 # model ends a Triton stub process, whose requests then fail; here, unhandled, it would silently end
 # the instance's worker thread (or its asyncio loop) and leave every request to it waiting forever.
 _MODEL_ERRORS = (Exception, SystemExit)
+
+#: How long a readiness check waits for a model's ``is_ready()`` (python_backend's
+#: ``kUserModelReadinessTimeoutMs``).
+USER_READINESS_TIMEOUT_S = 5.0
 
 
 def install_pb_utils() -> None:
@@ -453,8 +458,45 @@ class _EventLoop:
             self.loop.close()
 
 
+class UserReadiness:
+    """A model's own ``is_ready()`` behind its instance's readiness, as python_backend 2.67's
+    ``RunUserModelReadinessCheck``: asked at every readiness check (never cached); while one call
+    runs, other checks wait for its answer instead of calling the model again; a check that waits
+    more than :data:`USER_READINESS_TIMEOUT_S` finds the instance not ready (UNAVAILABLE), and the
+    call still running answers the next check."""
+
+    def __init__(self, instance_name: str) -> None:
+        self._instance = instance_name
+        self._lock = threading.Lock()
+        self._running: Future[bool] | None = None
+
+    def check(self, start: Callable[[], Future[bool]]) -> None:
+        """Return when the model says it is ready; else raise why not. ``start`` begins a call
+        of the model's ``is_ready()`` and returns its future answer (or error)."""
+        with self._lock:
+            running, joined = self._running, self._running is not None
+            if running is None:
+                running = self._running = start()
+        running.add_done_callback(self._finished)
+        try:
+            ready = running.result(timeout=USER_READINESS_TIMEOUT_S)
+        except TimeoutError:
+            raise UnavailableError("Timed out waiting for in-flight is_ready() response" if joined else
+                                   "Timed out waiting for user-defined is_ready() response") from None
+        if not ready:
+            raise UnavailableError(f"Model '{self._instance}' is not ready (user-defined check failed).")
+
+    def _finished(self, future: Future[bool]) -> None:
+        with self._lock:
+            if self._running is future:
+                self._running = None
+
+
 class PythonBackend(Backend):
     """One instance of a Triton Python-backend model."""
+
+    #: Whether the model defines ``is_ready()`` (which its readiness then asks).
+    has_is_ready = False
 
     def __init__(self, context: ModelContext, *, backend_folder: Path | None = None,
                  settings: PythonModelSettings | None = None) -> None:
@@ -495,6 +537,9 @@ class PythonBackend(Backend):
                         self._run_coroutine(outcome)
             if not hasattr(self._model, "execute"):
                 raise InternalError(f"Python model {self._loaded.file} does not implement `execute` method.")
+            # looked up once after initialize, as python_backend's stub does
+            self.has_is_ready = hasattr(self._model, "is_ready")
+            self._readiness = UserReadiness(context.instance_name)
         except _MODEL_ERRORS as exc:
             self._release()
             raise InternalError(f"model '{self.name}' initialize failed: {_describe(exc)}") from exc
@@ -524,6 +569,41 @@ class PythonBackend(Backend):
         for module in self._loaded.modules():
             bridge.unregister_owner(module)
         self._loaded.unload()
+
+    # -- readiness -----------------------------------------------------------------------
+    def check_ready(self) -> None:
+        """The model's ``is_ready()`` where it defines one (Triton 2.67); ready otherwise."""
+        if self.has_is_ready and not self._finalized:
+            self._readiness.check(self._start_is_ready)
+
+    def _start_is_ready(self) -> Future[bool]:
+        # on a thread of its own: a model that hangs in is_ready() costs the check its time limit,
+        # not the caller's thread
+        future: Future[bool] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(self.call_is_ready())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True, name=f"triton-nb-{self.context.instance_name}-is-ready").start()
+        return future
+
+    def call_is_ready(self) -> bool:
+        """The model's ``is_ready()``, as python_backend's stub calls it: awaited when it is a
+        coroutine; an exception, or an answer that is not a bool, is an error (not ready)."""
+        try:
+            with bridge.calling(self._call):
+                answer = self._model.is_ready()
+                if inspect.iscoroutine(answer):
+                    answer = self._run_coroutine(answer)
+        except _MODEL_ERRORS as exc:
+            raise InternalError(f"model '{self.name}': is_ready() failed: {_describe(exc)}") from exc
+        if not isinstance(answer, bool):
+            raise InternalError(f"model '{self.name}': is_ready() must return a boolean value, "
+                                f"got {type(answer).__name__}")
+        return answer
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:

@@ -42,6 +42,7 @@ import threading
 import uuid
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ from triton_nb.backends._process_channel import Channel, error_from_wire, error_
 from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, remove_arenas, unpack_batch
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.backends.custom_metrics import CUSTOM_METRICS, CustomMetricError
-from triton_nb.backends.python import PythonModelSettings
+from triton_nb.backends.python import PythonModelSettings, UserReadiness
 from triton_nb.errors import InternalError, TritonNBError
 from triton_nb.tensors import InferRequest, InferResponse
 
@@ -97,6 +98,7 @@ class _Batch:
     stub: _Stub
     future: Future = field(default_factory=Future)
     senders: dict[int, Any] = field(default_factory=dict)  # request index -> its response sender (decoupled)
+    requests: list[InferRequest] = field(default_factory=list)  # whose cancellation the model may ask about
 
 
 class _Stub:
@@ -130,6 +132,7 @@ class _Stub:
         self.ready: Future = Future()
         self.finalized = threading.Event()
         self.dead = False
+        self.has_is_ready = False  # whether the model defines is_ready(), as its process reports
         for stream, target in ((self.process.stdout, sys.stdout), (self.process.stderr, sys.stderr)):
             threading.Thread(target=_forward, args=(stream, target), daemon=True,
                              name=f"triton-nb-{owner.context.instance_name}-output").start()
@@ -153,7 +156,10 @@ class _Stub:
             owner._serve_call(self, *message[1:])
         elif op == "log":
             owner.logger.log(message[1], "%s", message[2])
+        elif op == "is_ready_answer":
+            owner._readiness_answer(message[1], message[2], message[3])
         elif op == "ready":
+            self.has_is_ready = bool(message[2])
             self.ready.set_result(message[1])
         elif op == "init_failed":
             self.ready.set_exception(InternalError(message[1]))
@@ -217,7 +223,10 @@ class ProcessPythonBackend(Backend):
         self._arena: ArenaWriter | None = None
         self._outputs = ArenaReader()
         self._metrics: dict[tuple[int, int], Any] = {}  # (stub, metric id) -> the series' handle here
+        self._bls_calls: dict[tuple[int, int], InferRequest] = {}  # (stub, call) -> the model's BLS request running
         self._finalized = False
+        self._readiness = UserReadiness(context.instance_name)
+        self._readiness_queries: dict[int, Future] = {}  # asked of the model's process, not yet answered
         self._stub = self._start()
 
     # -- the stub's life -----------------------------------------------------------------
@@ -258,11 +267,49 @@ class ProcessPythonBackend(Backend):
             batches = {i: b for i, b in self._batches.items() if b.stub is stub}
             for batch_id in batches:
                 del self._batches[batch_id]
+            queries, self._readiness_queries = self._readiness_queries, {}
+        for query in queries.values():
+            with contextlib.suppress(InvalidStateError):
+                query.set_exception(InternalError("Stub process is not healthy while waiting for user-defined "
+                                                  "is_ready() response"))
         for batch_id, batch in batches.items():
             with contextlib.suppress(InvalidStateError):  # (its answer may have come just before)
                 batch.future.set_exception(error)
             for index in list(batch.senders):
                 self._respond(batch_id, index, None, True, batch=batch, error=error)
+
+    # -- readiness -----------------------------------------------------------------------
+    def check_ready(self) -> None:
+        """Python_backend's ``TRITONBACKEND_ModelInstanceReady``: a process that ended is not
+        ready (until the next batch restarts it); then the model's ``is_ready()``, asked in its
+        process, where it defines one (Triton 2.67)."""
+        stub = self._stub
+        if stub.dead:
+            raise InternalError(f"Stub process '{self.context.instance_name}' is not healthy.")
+        if stub.has_is_ready:
+            self._readiness.check(partial(self._ask_is_ready, stub))
+
+    def _ask_is_ready(self, stub: _Stub) -> Future:
+        future: Future = Future()
+        with self._lock:
+            query = next(self._ids)
+            self._readiness_queries[query] = future
+        try:
+            stub.channel.send(("is_ready", query))
+        except OSError:
+            self._readiness_answer(query, False, InternalError(
+                "Stub process is not healthy while waiting for user-defined is_ready() response"))
+        return future
+
+    def _readiness_answer(self, query: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            future = self._readiness_queries.pop(query, None)
+        if future is None:
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(error_from_wire(value) if not isinstance(value, BaseException) else value)
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
@@ -273,7 +320,7 @@ class ProcessPythonBackend(Backend):
                 self._stub = self._start()
             stub = self._stub
             batch_id = next(self._ids)
-            batch = _Batch(stub)
+            batch = _Batch(stub, requests=requests)
             if self.decoupled:
                 batch.senders = {i: r.response_sender for i, r in enumerate(requests) if r.response_sender is not None}
             self._batches[batch_id] = batch
@@ -282,7 +329,8 @@ class ProcessPythonBackend(Backend):
             specs = self._arena.write(tensors)
             metas = [{"model_name": r.model_name, "model_version": r.model_version, "request_id": r.request_id,
                       "requested_outputs": r.requested_outputs, "parameters": r.parameters, "priority": r.priority,
-                      "timeout_microseconds": r.timeout_microseconds, "stream": r.response_sender is not None}
+                      "timeout_microseconds": r.timeout_microseconds, "stream": r.response_sender is not None,
+                      "cancelled": r.cancelled}
                      for r in requests]
             arena = self._arena.name
         outcome = self._run_batch(stub, batch_id, batch, ("execute", batch_id, arena, specs, plan, metas))
@@ -384,6 +432,9 @@ class ProcessPythonBackend(Backend):
             with contextlib.suppress(OSError):
                 stub.channel.send(("server_result", call, ok, value if ok else error_to_wire(value)))
 
+        if method in ("request_cancelled", "cancel_call"):  # the backend's own books, answered at once
+            answer(True, self._cancellation(stub, method, *args))
+            return
         if server is None or method not in _SERVER_METHODS or not hasattr(server, method):
             answer(False, InternalError(f"model '{self.name}': the server offers no '{method}' to its models here"))
             return
@@ -398,6 +449,8 @@ class ProcessPythonBackend(Backend):
             threading.Thread(target=run, daemon=True, name=f"triton-nb-{self.name}-server-call").start()
             return
         (request,) = args
+        with self._lock:
+            self._bls_calls[(id(stub), call)] = request
         if stream:
             def forward(response: InferResponse | None, final: bool) -> None:
                 with contextlib.suppress(OSError):
@@ -411,10 +464,25 @@ class ProcessPythonBackend(Backend):
             return
 
         def done(f: Future) -> None:
+            with self._lock:
+                self._bls_calls.pop((id(stub), call), None)
             error = f.exception()
             answer(error is None, f.result() if error is None else error)
 
         future.add_done_callback(done)
+
+    def _cancellation(self, stub: _Stub, method: str, *args: int) -> bool | None:
+        """``request_cancelled`` (batch, index): whether that served request was cancelled;
+        ``cancel_call`` (call): cancel the request the model's BLS call ``call`` runs."""
+        with self._lock:
+            if method == "cancel_call":
+                request = self._bls_calls.get((id(stub), args[0]))
+                if request is not None:
+                    request.cancelled = True
+                return None
+            batch = self._batches.get(args[0])
+            requests = batch.requests if batch is not None else []
+            return args[1] < len(requests) and requests[args[1]].is_cancelled()
 
     # -- unloading -----------------------------------------------------------------------
     def finalize(self) -> None:

@@ -33,7 +33,8 @@ Given the version's :class:`~triton_nb.server.stats.ModelStats`, the scheduler c
 request it accepted the way Triton does, itself and once per batch where it can: the pending
 gauge (+1 queued, -1 when it runs or leaves the queue), a batch's successes in one call, and each
 failure with its reason (``REJECTED``: it never ran — a timeout, a stop, a lowered
-``max_batch_size``; ``BACKEND``: the model failed it; ``CANCELED``: the caller gave up). No
+``max_batch_size``; ``BACKEND``: the model failed it; ``CANCELED``: the caller gave up, or the
+request was cancelled while queued, and it fails with RequestCancelledError). No
 per-request callback is needed for that.
 """
 
@@ -57,7 +58,13 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb._locks import YieldingLock
-from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError, UnavailableError
+from triton_nb.errors import (
+    InternalError,
+    InvalidArgumentError,
+    RequestCancelledError,
+    TritonNBError,
+    UnavailableError,
+)
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.stats import ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
@@ -516,11 +523,17 @@ class Scheduler:
 
     def _execute(self, worker: _Worker, batch: list[_Pending]) -> None:
         order = next(self._dispatch_counter)
-        live = [p for p in batch if not p.future.cancelled()]  # the client gave up waiting
-        if len(live) < len(batch) and self._stats is not None:
-            gone = [p for p in batch if p.future.cancelled()]
-            self._stats.pending_add(-sum(p.request.counted_requests() for p in gone))
-            self._count_failures(gone, "CANCELED")
+        # the client gave up waiting, or the request was cancelled while queued (a BLS caller's
+        # ResponseIterator.cancel()): neither runs, as Triton's batcher skips cancelled requests
+        live = [p for p in batch if not p.future.cancelled() and not p.request.cancelled]
+        if len(live) < len(batch):
+            gone = [p for p in batch if p.future.cancelled() or p.request.cancelled]
+            if self._stats is not None:
+                self._stats.pending_add(-sum(p.request.counted_requests() for p in gone))
+                self._count_failures(gone, "CANCELED")
+            for pending in gone:
+                _fail(pending, RequestCancelledError(f"model '{self.model_name}': the request was cancelled "
+                                                     "before it ran"))
         outcome: list[InferResponse] | BaseException
         try:
             if not live:
@@ -601,7 +614,7 @@ class Scheduler:
                 [(finished_ns - p.request.arrival_ns, p.request.timing.get("queue", 0), rows)
                  for p in successes for rows in (p.request.carried_rows or (p.rows,))],
                 compute_input_ns=timing.get("compute_input", 0), compute_infer_ns=timing.get("compute_infer", 0),
-                compute_output_ns=timing.get("compute_output", 0))
+                compute_output_ns=timing.get("compute_output", 0), first_response=outcome is not None)
         self._count_failures(failures, "BACKEND", finished_ns)
         self._count_failures(canceled, "CANCELED", finished_ns)
         for pending, answer, succeeded in answers:
@@ -619,8 +632,9 @@ class Scheduler:
         now_ns = self._clock_ns() if now_ns is None else now_ns
         for pending in batch:
             for _ in range(pending.request.counted_requests()):
+                # (a decoupled request's first response is observed by its sender, if it sent one)
                 self._stats.record_request(success=False, request_ns=max(0, now_ns - pending.request.arrival_ns),
-                                           reason=reason)
+                                           reason=reason, first_response=pending.request.response_sender is None)
 
     def _reject(self, pending: _Pending, error: BaseException) -> None:
         """Fail a queued request that never ran, off the pending gauge: Triton's REJECTED (or

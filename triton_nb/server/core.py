@@ -51,7 +51,7 @@ from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.rate_limiter import RateLimiter
 from triton_nb.server.settings import ServerSettings, parameters_doc
 from triton_nb.server.shared_memory import SharedMemoryRegistry
-from triton_nb.server.stats import ServerStats
+from triton_nb.server.stats import ModelStats, ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["Server"]
@@ -234,13 +234,36 @@ class Server:
         return self._started and not self._stopped
 
     def is_server_ready(self) -> bool:
-        """Ready when live and every model that was asked for is ready (Triton's strict readiness)."""
-        return self.is_server_live() and self._manager.all_ready()
+        """Ready when live and every model that was asked for is ready (Triton's strict
+        readiness), each loaded version's instances included (Triton 2.67: a Python model's
+        ``is_ready()``)."""
+        if not (self.is_server_live() and self._manager.all_ready()):
+            return False
+        with self._manager.models_lock:
+            loaded = [version for model in self._manager.models.values() for version in model.versions.values()]
+        return all(self._instances_ready(version) for version in loaded)
 
     def is_model_ready(self, name: str, version: int = -1) -> bool:
+        """Whether ``name`` (at ``version``) serves: loaded, and every instance ready, which asks
+        a Python model's ``is_ready()`` where it defines one (Triton 2.67)."""
         try:
-            self._resolve(name, version)
+            target = self._resolve(name, version)
         except TritonNBError:
+            return False
+        return self._instances_ready(target)
+
+    @staticmethod
+    def _instances_ready(target: Any) -> bool:
+        """Triton's ``TritonModel::IsReady``: every instance's check passes (an ensemble's always do)."""
+        if target.ensemble is not None:
+            return True
+        try:
+            for instance in target.scheduler.instances():
+                check = getattr(instance, "check_ready", None)
+                if check is not None:
+                    check()
+        except TritonNBError as exc:
+            log.info("model '%s' version %s is not ready: %s", target.name, target.version, exc)
             return False
         return True
 
@@ -427,14 +450,16 @@ class Server:
         which leaves only the batch size to check."""
         if self._stopped:
             raise UnavailableError("the server is stopped")
+        sender = request.response_sender
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
                 _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
                                max_string_bytes, given=given is not None and given(target))
             except TritonNBError:
+                # refused before it was scheduled: an error returned, no response sent (Triton's InferAsync)
                 target.stats.record_request(success=False, request_ns=time.monotonic_ns() - request.arrival_ns,
-                                            reason="OTHER")
+                                            reason="OTHER", first_response=False)
                 raise
             lookup = None
             if self._cache is not None:  # a hit is answered (and counted) here, never queued
@@ -445,16 +470,18 @@ class Server:
                 future = target.ensemble.run(request)  # it counts its requests itself, as the batcher does
                 return future if lookup is None else lookup.finish(future)
             future = ResponseFuture()
+            if sender is not None and target.stats.observes_first_responses:
+                request.response_sender = _observing_first_response(sender, target.stats, request.arrival_ns)
             try:
                 target.scheduler.enqueue(request, future)
             except UnavailableError:
                 # A reload swapped this version out between resolve and enqueue: the new one serves.
                 if attempt < 2 and self._resolve(request.model_name, request.model_version) is not target:
                     continue
-                target.stats.record_request(success=False, request_ns=0, reason="REJECTED")
+                target.stats.record_request(success=False, request_ns=0, reason="REJECTED", first_response=False)
                 raise
             except TritonNBError:
-                target.stats.record_request(success=False, request_ns=0, reason="OTHER")
+                target.stats.record_request(success=False, request_ns=0, reason="OTHER", first_response=False)
                 raise
             # the scheduler counts it: pending, then success or failure with its batch
             return future if lookup is None else lookup.finish(future)
@@ -553,3 +580,18 @@ class Server:
             return path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise InternalError(f"model '{name}': label file {spec.label_filename!r} cannot be read: {exc}") from None
+
+
+def _observing_first_response(sender: Callable[[InferResponse | None, bool], None], stats: ModelStats,
+                              arrival_ns: int) -> Callable[[InferResponse | None, bool], None]:
+    """``sender``, observing the request's first response in ``stats``' first-response histogram
+    as it is sent (Triton's ``InferenceResponse::Send``; a final flag alone is no response)."""
+    sent = [False]
+
+    def send(response: InferResponse | None, final: bool) -> None:
+        if response is not None and not sent[0]:
+            sent[0] = True
+            stats.observe_first_response(time.monotonic_ns() - arrival_ns)
+        sender(response, final)
+
+    return send

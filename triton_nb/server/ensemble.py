@@ -23,6 +23,16 @@ is answered, the next step submitted for all of them at once, and the finished o
 one call. Anything else (parallel steps, optional inputs left out, sequence parameters) runs
 through the general :class:`_EnsembleRun`.
 
+``ensemble_scheduling.max_inflight_requests`` (Triton 2.63; 0, the default, is no limit) bounds
+the step requests in flight at each step, across all the ensemble's requests: a step request
+holds a slot of its step from its submission until its answer, so a fast step cannot run ahead
+of a slow one behind it. Triton blocks the thread that would schedule the step until a slot
+frees (at most 300 s, then it proceeds); here the step waits in its step's queue, in order, and
+no thread blocks (the next step is often readied on a composing model's worker or the front
+ends' loop). A request whose caller gave up is not started from the queue. With a limit, every
+request takes the general road, one step request per ensemble request (no carried batches),
+so that each holds its own slot.
+
 The scheduler counts its own requests in the ensemble's statistics, as the batcher counts a
 composing model's: pending while they run, then one success or failure each (``CANCELED`` when
 the caller gave up, ``REJECTED`` otherwise); its steps are counted by their own models.
@@ -33,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -40,7 +51,7 @@ from functools import partial
 
 import numpy as np
 
-from triton_nb.errors import InternalError, TritonNBError
+from triton_nb.errors import InternalError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.batcher import after_batch
 from triton_nb.server.checks import CheckedVersion, _passes_as_given, _TensorSpec
@@ -58,6 +69,36 @@ _SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
 Carry = Callable[[str, int, int], bool]
 #: A step's answer for one ensemble request on the chain's road: its outputs, or its error.
 _Answer = dict[str, np.ndarray] | BaseException
+
+
+class _StepLimiter:
+    """One step's in-flight limit (``max_inflight_requests``, Triton's
+    ``StepInflightRequestLimiter``): a slot per step request from its submission to its answer;
+    a request finding none waits in order and takes the slot the next answer frees."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._waiting: deque[Callable[[], None]] = deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, start_later: Callable[[], None]) -> bool:
+        """True: a slot is taken, start now. False: ``start_later`` runs once a slot is passed on."""
+        with self._lock:
+            if self.in_flight < self.limit:
+                self.in_flight += 1
+                return True
+            self._waiting.append(start_later)
+            return False
+
+    def release(self) -> None:
+        """Free a slot: the longest-waiting request takes it (started on this thread), if any."""
+        with self._lock:
+            if not self._waiting:
+                self.in_flight -= 1
+                return
+            start = self._waiting.popleft()
+        start()
 
 
 @dataclass(frozen=True)
@@ -100,9 +141,13 @@ class EnsembleScheduler:
         self.missing_at_start = tuple(len(step.needs - given) for step in self.plan)
         self.ready_at_start = tuple(step.index for step in self.plan if not step.needs - given)
         self._submit = submit
-        self._carry = carry
+        limit = int(config.ensemble_scheduling.max_inflight_requests)
+        self.limiters = tuple(_StepLimiter(limit) for _ in self.plan) if limit else None
+        # a limit counts step requests, one per ensemble request: no carried batches then
+        self._carry = carry if self.limiters is None else None
         self._deferred = threading.local()  # step requests readied inside a batch being answered
-        self.chain = self._chain_order()  # None: the general road (see the module docstring)
+        # None: the general road (see the module docstring)
+        self.chain = self._chain_order() if self.limiters is None else None
         # The ensemble's input specs, as its requests were checked: a chain's first step, whose inputs
         # they are, is not checked tensor by tensor again where its model's specs are the same.
         self._input_specs = input_specs
@@ -240,7 +285,7 @@ class EnsembleScheduler:
                 model_name=step.model_name, model_version=step.model_version,
                 inputs={name: run.tensors[tensor] for name, tensor in step.inputs},
                 requested_outputs=list(step.requested), request_id=request.request_id, priority=request.priority,
-                timeout_microseconds=request.timeout_microseconds)
+                timeout_microseconds=request.timeout_microseconds, cancelled=request.cancelled)
             try:
                 future = submit(step_request)
             except Exception as exc:  # refused at once (unknown, not ready, queue full)
@@ -417,16 +462,44 @@ class _EnsembleRun:
                 # sequence model
                 parameters={key: value for key, value in self.request.parameters.items() if key in _SEQUENCE_KEYS}
                 if self.request.parameters else {},
+                # Triton cancels the step requests of a cancelled ensemble request as it schedules them
+                cancelled=self.request.cancelled,
             )
             self.scheduler._submit_step(self, index, step_request)
 
     def _submit_one(self, index: int, request: InferRequest) -> None:
+        limiters = self.scheduler.limiters
+        if limiters is None:
+            try:
+                step_future = self.scheduler._submit(request)
+            except Exception as exc:  # refused at once (unknown, not ready, queue full)
+                self._fail(index, exc)
+                return
+            step_future.add_done_callback(partial(self._step_done, index))
+            return
+        # a cancelled request does not wait for a slot (Triton's limiter lets it through)
+        if request.cancelled or limiters[index].acquire(partial(self._submit_limited, index, request)):
+            self._submit_limited(index, request)
+
+    def _submit_limited(self, index: int, request: InferRequest) -> None:
+        """Submit with a slot of the step's limiter held, released when the step is answered."""
+        limiter = self.scheduler.limiters[index]  # type: ignore[index]
+        if self.future.done():  # the caller gave up, or a parallel step failed, while this one waited
+            limiter.release()
+            self._fail(index, UnavailableError(f"ensemble '{self.scheduler.name}': the request ended while "
+                                               f"step {index} waited for max_inflight_requests"))
+            return
         try:
             step_future = self.scheduler._submit(request)
         except Exception as exc:  # refused at once (unknown, not ready, queue full)
+            limiter.release()
             self._fail(index, exc)
             return
-        step_future.add_done_callback(partial(self._step_done, index))
+        step_future.add_done_callback(partial(self._limited_step_done, limiter, index))
+
+    def _limited_step_done(self, limiter: _StepLimiter, index: int, step_future: Future) -> None:
+        limiter.release()  # first, as Triton's UpdateEnsembleState: the answer frees the slot
+        self._step_done(index, step_future)
 
     def _step_done(self, index: int, step_future: Future) -> None:
         error = step_future.exception()

@@ -91,14 +91,15 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.ServerLiveResponse(live=self._server.is_server_live())
 
     async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._server.is_server_ready())
+        # readiness may ask Python models' is_ready() (up to 5 s each): off the front ends' loop
+        return pb.ServerReadyResponse(ready=await asyncio.to_thread(self._server.is_server_ready))
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         try:
             version = parse_version(request.version)
         except TritonNBError as error:
             await self._abort(context, error)
-        return pb.ModelReadyResponse(ready=self._server.is_model_ready(request.name, version))
+        return pb.ModelReadyResponse(ready=await asyncio.to_thread(self._server.is_model_ready, request.name, version))
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         from triton_nb._version import __version__

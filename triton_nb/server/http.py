@@ -155,7 +155,9 @@ class HttpApp:
         head = rest[0]
         if head == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):
             self._allow(method, "GET")
-            ok = self._server.is_server_live() if rest[1] == "live" else self._server.is_server_ready()
+            # readiness may ask Python models' is_ready() (up to 5 s each): off the front ends' loop
+            ok = self._server.is_server_live() if rest[1] == "live" else await asyncio.to_thread(
+                self._server.is_server_ready)
             return _Reply(200 if ok else 400, b"", _NO_BODY)
         if head == "models":
             return await self._models_route(method, rest[1:], scope, receive)
@@ -198,7 +200,7 @@ class HttpApp:
         if action == "":
             return _json(self._server.model_metadata(model, version))
         if action == "ready":
-            if self._server.is_model_ready(model, version):
+            if await asyncio.to_thread(self._server.is_model_ready, model, version):
                 return _Reply(200, b"", _NO_BODY)
             return _Reply(400, orjson.dumps({"error": "Model version not ready"}))
         if action == "config":

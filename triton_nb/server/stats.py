@@ -186,7 +186,7 @@ class _Latencies:
             return Histogram(DEFAULT_FIRST_RESPONSE_BUCKETS_MS)
 
     def observe(self, now_s: float, request_ns: int, queue_ns: int, compute_input_ns: int, compute_infer_ns: int,
-                compute_output_ns: int) -> None:
+                compute_output_ns: int, first_response: bool = True) -> None:
         summaries = self.summaries
         if summaries is not None:
             summaries["request"].observe(request_ns // 1000, now_s)
@@ -194,8 +194,9 @@ class _Latencies:
             summaries["compute_input"].observe(compute_input_ns // 1000, now_s)
             summaries["compute_infer"].observe(compute_infer_ns // 1000, now_s)
             summaries["compute_output"].observe(compute_output_ns // 1000, now_s)
-        if self.first_response is not None:
-            # the whole response for a model that answers once: Triton's first response
+        if first_response and self.first_response is not None:
+            # the whole response for a model that answers once: Triton's first response (2.65
+            # observes it for every model; a decoupled model's is observed as it sends it)
             self.first_response.observe(request_ns // 1_000_000)
 
 
@@ -280,8 +281,15 @@ class ModelStats:
         compute_output_ns: int = 0,
         batch_size: int = 1,
         reason: str = "OTHER",
+        first_response: bool = True,
     ) -> None:
         """One finished request. ``request_ns`` is its end-to-end time in the server.
+
+        With ``histogram_latencies``, ``request_ns`` is also the request's first response time
+        (``nv_inference_first_response_histogram_ms``), success or failure, as Triton 2.65
+        observes every model's first response; ``first_response=False`` when no response was
+        sent for it here (refused before it was scheduled) or the response sender observed it
+        (a decoupled model's, :meth:`observe_first_response`).
 
         Success: ``success``, ``queue`` and ``compute_*`` get the durations (for a batched request,
         the whole batch's compute durations, as Triton attributes them) and ``inference_count``
@@ -303,7 +311,7 @@ class ModelStats:
                     if histogram is not None and latency.first_response is None:
                         latency.first_response = histogram
                     latency.observe(time.monotonic(), request_ns, queue_ns, compute_input_ns, compute_infer_ns,
-                                    compute_output_ns)
+                                    compute_output_ns, first_response)
                 self._inference_count += int(batch_size)
                 self._success.add(request_ns)
                 self._queue_ns += queue_ns
@@ -318,16 +326,37 @@ class ModelStats:
             return
         if reason not in self._failures:
             raise InvalidArgumentError(f"failure reason must be one of {', '.join(FAILURE_REASONS)}, got {reason!r}")
+        if first_response:  # an error response is a first response too (summaries take successes only)
+            self.observe_first_response(request_ns)
         with self._lock:
             self._fail.add(request_ns)
             self._failures[reason] += 1
 
+    @property
+    def observes_first_responses(self) -> bool:
+        """Whether the first-response histogram is on (``histogram_latencies=true``)."""
+        return self._latency is not None and self._latency.buckets is not None
+
+    def observe_first_response(self, first_response_ns: int) -> None:
+        """One request's first response, ``first_response_ns`` after it arrived, in the
+        first-response histogram (when it is on): for a decoupled model, as it sends it."""
+        latency = self._latency
+        if latency is None or latency.buckets is None:
+            return
+        histogram = self._pending_histogram(latency)
+        with self._lock:
+            if histogram is not None and latency.first_response is None:
+                latency.first_response = histogram
+            if latency.first_response is not None:
+                latency.first_response.observe(max(0, first_response_ns) // 1_000_000)
+
     def record_successes(self, requests: list[tuple[int, int, int]], *, compute_input_ns: int,
-                         compute_infer_ns: int, compute_output_ns: int) -> None:
+                         compute_infer_ns: int, compute_output_ns: int, first_response: bool = True) -> None:
         """The successful requests of one executed batch, under one lock: each a tuple of its
         end-to-end ``request_ns``, its ``queue_ns`` and its ``batch_size``, each given the batch's
         ``compute_*`` durations, as Triton attributes them. The same sums as
-        :meth:`record_request` once per request; the batcher calls this once per batch."""
+        :meth:`record_request` once per request; the batcher calls this once per batch
+        (``first_response`` False for a decoupled model's, whose senders observe them)."""
         if not requests:
             return
         compute_input_ns = _ns(compute_input_ns, "compute_input_ns")
@@ -352,7 +381,8 @@ class ModelStats:
                     latency.first_response = histogram
                 now_s = time.monotonic()
                 for request_ns, queue_ns, _ in requests:
-                    latency.observe(now_s, request_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns)
+                    latency.observe(now_s, request_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns,
+                                    first_response)
             self._inference_count += rows
             self._success.count += count
             self._success.ns += request_total
