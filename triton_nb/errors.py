@@ -17,6 +17,7 @@ __all__ = [
     "InvalidArgumentError",
     "MethodNotAllowedError",
     "MissingDependencyError",
+    "ModelLoadFailedError",
     "NotFoundError",
     "PayloadTooLargeError",
     "TritonNBError",
@@ -85,6 +86,11 @@ class MethodNotAllowedError(TritonNBError):
 
 class InternalError(TritonNBError, RuntimeError):
     """A bug or an unexpected failure inside triton_nb or a model."""
+
+
+class ModelLoadFailedError(InternalError):
+    """Models failed to load at start with ``exit_on_error`` (tritonserver's ``--exit-on-error``),
+    which ends the start; the message names each model and why."""
 
 
 class UnsafeFileError(InvalidArgumentError):
