@@ -341,7 +341,8 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
                        "Accepted, no effect here"]
         # absent unless given (SUPPRESS), so that only a given flag is reported
         group.add_argument(flag, type=reader, action="append" if repeat else "store", default=argparse.SUPPRESS,
-                           dest=_inert_dest(flag), metavar="BOOL" if reader is _flag else "VALUE", help=f"no effect: {why}".replace("%", "%%"))
+                           dest=_inert_dest(flag), metavar="BOOL" if reader is _flag else "VALUE",
+                           help=f"no effect: {why}".replace("%", "%%"))
 
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
