@@ -5,6 +5,7 @@ status 1 naming the failed model; with ``--exit-on-error=false`` both serve the 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,9 @@ def test_by_default_both_exit_with_status_1_naming_the_model_that_failed(tmp_pat
     assert port == 0 and process.returncode == 1, "".join(lines)
     assert "error: creating server: failed to load all models: 'broken': " in "".join(lines)
     assert "boom at initialize" in lines[-1]
+    # the model table, as tritonserver prints it before it exits: what loaded, what did not and why
+    assert any(re.match(r"\| good +\| 1 +\| READY", line) for line in lines), "".join(lines)
+    assert any(re.match(r"\| broken .*UNAVAILABLE: .*boom at initialize", line) for line in lines), "".join(lines)
 
 
 @pytest.mark.parametrize(("strict", "status"), [("true", 400), ("false", 200)])

@@ -768,7 +768,7 @@ def _serve(args: argparse.Namespace) -> int:
             server.start()
         except ModelLoadFailedError as exc:
             # --exit-on-error: the model table, then tritonserver's last line and its status
-            _print_model_table(server.repository_index())
+            _print_model_table(exc.repository_index)
             print(f"error: creating server: {exc}", file=sys.stderr, flush=True)
             return 1
         # (the server froze what it loaded out of the garbage collector's full passes: freeze_gc)

@@ -153,10 +153,11 @@ class Server:
             log.warning("--backend-config=%s has no effect here: %s", spec, why)
         failed = self._load_initial_models()
         if failed and self.settings.exit_on_error:
+            # tritonserver's words, the models named; the states as they are before stopping marks them all stopped
+            error = ModelLoadFailedError("failed to load all models: " + "; ".join(
+                f"'{name}': {reason}" for name, reason in failed.items()), self.repository_index())
             self.stop()
-            # tritonserver's words, with the models named (it names them only in its log)
-            raise ModelLoadFailedError("failed to load all models: " + "; ".join(
-                f"'{name}': {reason}" for name, reason in failed.items()))
+            raise error
         if self.model_control_mode == "poll":
             self._manager.start_polling(self.settings.repository_poll_secs)
         if self._frontend_options.enabled:
