@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import pytest
+import tritonclient.http as httpclient
 
 from tests.helpers.real_triton import RealTritonServer, TritonServerStartError, tritonserver_unavailable_reason
-from tests.test_serve_flags import ROOT, _get, good_and_broken
+from tests.helpers.waiting import wait_until
+from tests.test_serve_flags import ROOT, _get, good_and_broken, write_model
 
 pytestmark = pytest.mark.real_triton
 
@@ -51,6 +53,30 @@ def test_by_default_both_exit_with_status_1_naming_the_model_that_failed(tmp_pat
     # the model table, as tritonserver prints it before it exits: what loaded, what did not and why
     assert any(re.match(r"\| good +\| 1 +\| READY", line) for line in lines), "".join(lines)
     assert any(re.match(r"\| broken .*UNAVAILABLE: .*boom at initialize", line) for line in lines), "".join(lines)
+
+
+def _unload_and_ask(url: str) -> list[int]:
+    """Unload model a, wait until the index says it is unloaded, then ask server and model readiness."""
+    client = httpclient.InferenceServerClient(url)
+    client.unload_model("a")
+    wait_until(lambda: any(entry["name"] == "a" and entry.get("reason") == "unloaded"
+                           for entry in client.get_model_repository_index()), "model a unloaded")
+    client.close()
+    return [_get(f"http://{url}{path}")[0] for path in ("/v2/health/ready", "/v2/models/a/ready")]
+
+
+def test_an_unloaded_model_leaves_a_strictly_ready_server_ready_on_both(tmp_path):
+    repo = write_model(write_model(tmp_path / "repo", "a"), "b")
+    flags = ("--model-control-mode=explicit", "--load-model=a")
+    with RealTritonServer(repo, extra_args=flags) as real:
+        expected = _unload_and_ask(real.http_url)
+    assert expected == [200, 400]  # real Triton's answers, the reference
+    process, port, _ = _serve(repo, *flags)
+    try:
+        assert _unload_and_ask(f"127.0.0.1:{port}") == expected
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 @pytest.mark.parametrize(("strict", "status"), [("true", 400), ("false", 200)])
