@@ -324,9 +324,9 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
         group.add_argument(meta["flag"], *meta.get("aliases", ()), **options)
     repository.add_argument("--strict-model-config", type=_flag, default=None, metavar="BOOL",
                             help="deprecated in tritonserver: true is --disable-auto-complete-config")
-    groups["HTTP"].add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
-    groups["gRPC"].add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
-    groups["Metrics"].add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
+    for endpoint, title in (("http", "HTTP"), ("grpc", "gRPC"), ("metrics", "Metrics")):
+        groups[title].add_argument(f"--allow-{endpoint}", type=_flag, default=True, metavar="BOOL",
+                                   help=f"listen for {title} (default true)")
     cache = groups["Response cache"]
     cache.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="Triton's response cache: local,size=BYTES (the local cache only; repeatable, one "
