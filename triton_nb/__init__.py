@@ -9,6 +9,7 @@ from triton_nb.client import InferResult, InProcessClient
 from triton_nb.errors import (
     InvalidArgumentError,
     MissingDependencyError,
+    ModelLoadFailedError,
     NotFoundError,
     TritonNBError,
     UnavailableError,
@@ -31,6 +32,7 @@ __all__ = [
     "InferenceServer",
     "InvalidArgumentError",
     "MissingDependencyError",
+    "ModelLoadFailedError",
     "NotFoundError",
     "ServerSettings",
     "TritonNBError",

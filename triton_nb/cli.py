@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triton_nb.errors import TritonNBError
+from triton_nb.errors import ModelLoadFailedError, TritonNBError
 from triton_nb.transport import PROTOCOLS
 
 if TYPE_CHECKING:
@@ -131,13 +131,51 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _flag(text: str) -> bool:
-    """Triton's boolean flag values: ``--allow-grpc=false``."""
+    """A boolean flag's value as tritonserver reads it: true, on or 1; false, off or 0 (any case)."""
     lowered = text.lower()
-    if lowered in ("true", "1", "yes", "on"):
+    if lowered in ("true", "on", "1"):
         return True
-    if lowered in ("false", "0", "no", "off"):
+    if lowered in ("false", "off", "0"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _verbosity(text: str) -> int:
+    """``--log-verbose``: a level >= 0, or true (1) and false (0), as tritonserver reads it."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return int(lowered == "true")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a verbosity level (0, 1...) or true/false, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a verbosity level >= 0, got {value}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def _port(text: str) -> int:
@@ -171,26 +209,107 @@ def _serve_flag_help(field: dataclasses.Field[Any]) -> str:
     return (first + shown).replace("%", "%%")
 
 
+# The headings of triton-nb serve --help, in order: tritonserver's groups, then triton-nb's own flags,
+# the modes this version does not have, and the flags accepted with no effect.
+_SERVE_GROUPS = ("Server", "Model repository", "Logging", "HTTP", "gRPC", "Metrics", "Backend", "Response cache",
+                 "Rate limiter", "triton-nb", "SageMaker and Vertex AI", "Accepted, no effect here")
+_NOT_AVAILABLE = "is not available in this version of triton-nb serve"
+_NO_SSL = "they are read only with --grpc-use-ssl=true, which this version does not offer"
+_NO_GPU = "the server here manages no GPU memory (models use a GPU through their own libraries)"
+_GRPC_TRANSPORT = "the gRPC relay keeps gRPC's own keepalive and connection settings"
+_NO_TRACING = "request tracing is not implemented here"
+# tritonserver's flags that have no meaning here: flag -> (how its value reads, repeatable, why). Each one
+# given is accepted, and said, in one line at start, to have no effect (_serve_no_effect_lines).
+_INERT_SERVE_FLAGS: dict[str, tuple[Callable[[str], Any], bool, str]] = {
+    "--model-config-name": (str, False, "only a model's config.pbtxt is read here, not configs/<name>.pbtxt"),
+    "--model-namespacing": (_flag, False, "one model repository is served, so no two models share a name"),
+    "--enable-peer-access": (_flag, False, _NO_GPU),
+    "--reuse-http-port": (_flag, False, "each server binds its HTTP port alone"),
+    "--http-header-forward-pattern": (str, False, "HTTP headers are not forwarded to models as request parameters"),
+    "--http-thread-count": (_positive_int, False, "HTTP is served by one event loop, not a pool of threads"),
+    "--reuse-grpc-port": (_flag, False, "each server binds its gRPC port alone"),
+    "--grpc-header-forward-pattern": (str, False, "gRPC metadata is not forwarded to models as request parameters"),
+    "--grpc-infer-allocation-pool-size": (_whole, False, "request and response objects are not pooled here"),
+    "--grpc-server-cert": (str, False, _NO_SSL),
+    "--grpc-server-key": (str, False, _NO_SSL),
+    "--grpc-root-cert": (str, False, _NO_SSL),
+    "--grpc-infer-response-compression-level": (str, False, "gRPC responses are sent uncompressed here"),
+    "--grpc-keepalive-time": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-keepalive-timeout": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-keepalive-permit-without-calls": (_flag, False, _GRPC_TRANSPORT),
+    "--grpc-http2-max-pings-without-data": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-http2-min-recv-ping-interval-without-data": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-http2-max-ping-strikes": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-max-connection-age": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-max-connection-age-grace": (_integer, False, _GRPC_TRANSPORT),
+    "--sagemaker-port": (_port, False, f"SageMaker mode {_NOT_AVAILABLE}"),
+    "--sagemaker-safe-port-range": (str, False, f"SageMaker mode {_NOT_AVAILABLE}"),
+    "--sagemaker-thread-count": (_positive_int, False, f"SageMaker mode {_NOT_AVAILABLE}"),
+    "--vertex-ai-port": (_port, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--vertex-ai-thread-count": (_positive_int, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--vertex-ai-default-model": (str, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--allow-gpu-metrics": (_flag, False, "no GPU metrics (nv_gpu_*) are collected here"),
+    "--metrics-interval-ms": (_number, False, "metrics are read when /metrics is scraped, not on an interval"),
+    "--trace-config": (str, True, _NO_TRACING),
+    "--repoagent-directory": (str, False, "repository agents are not supported here"),
+    "--cache-directory": (str, False, "the local response cache is built in; no cache library is loaded"),
+    "--pinned-memory-pool-byte-size": (_whole, False, _NO_GPU),
+    "--cuda-memory-pool-byte-size": (str, True, _NO_GPU),
+    "--cuda-virtual-address-size": (str, True, _NO_GPU),
+    "--min-supported-compute-capability": (_number, False, _NO_GPU),
+    "--buffer-manager-thread-count": (_whole, False, "tensors are copied on the thread that handles the request"),
+    "--host-policy": (str, True, "host policies (NUMA node, CPU cores) are not applied here"),
+    "--model-load-gpu-limit": (str, True, _NO_GPU),
+    "--trace-file": (str, False, _NO_TRACING),
+    "--trace-level": (str, True, _NO_TRACING),
+    "--trace-rate": (_integer, False, _NO_TRACING),
+    "--trace-count": (_integer, False, _NO_TRACING),
+    "--trace-log-frequency": (_integer, False, _NO_TRACING),
+}
+# Boolean flags whose true asks for what this version does not have: false is accepted (it is what
+# happens here), true is refused in one line.
+_REFUSED_WHEN_TRUE = {
+    "--allow-sagemaker": ("SageMaker and Vertex AI", f"SageMaker mode {_NOT_AVAILABLE}"),
+    "--allow-vertex-ai": ("SageMaker and Vertex AI", f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--grpc-use-ssl": ("gRPC", f"gRPC over SSL {_NOT_AVAILABLE}"),
+    "--grpc-use-ssl-mutual": ("gRPC", f"gRPC over mutual SSL {_NOT_AVAILABLE}"),
+}
+
+
+def _inert_dest(flag: str) -> str:
+    return "inert_" + flag[2:].replace("-", "_")
+
+
 def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
-    """``triton-nb serve``, with tritonserver's flag names where it has them: a flag per server
-    setting that has one (:class:`triton_nb.ServerSettings` declares it), then the command's own."""
+    """``triton-nb serve``, with tritonserver's flags and spellings, grouped as tritonserver's --help
+    groups them: a flag per server setting that has one (:class:`triton_nb.ServerSettings` declares
+    it), the command's own, and tritonserver's flags that have no effect here."""
     import dataclasses
 
     from triton_nb.server.settings import ServerSettings
 
     # how a flag's text reads: by the field's "parse" where it has one, else by the field's type
-    readers = {"port": _port, "count": _positive_int, "positive": _positive_float, "bool": _flag, "float": float,
-               "Path": Path}
-    serve = commands.add_parser("serve", help="serve a model repository over HTTP, gRPC and metrics")
-    serve.add_argument("--model-repository", "--model-store", type=Path, required=True, dest="model_repository")
+    readers = {"port": _port, "count": _positive_int, "whole": _whole, "positive": _positive_float,
+               "verbosity": _verbosity, "bool": _flag, "float": float, "Path": Path}
+    serve = _one_line_errors(commands.add_parser(
+        "serve", help="serve a model repository over HTTP, gRPC and metrics",
+        description="Serve a model repository as tritonserver does. Every tritonserver flag is taken, in its "
+                    "spellings (--flag=value or --flag value); a flag that has no effect here says so in one "
+                    "line at start."))
+    groups = {title: serve.add_argument_group(title) for title in _SERVE_GROUPS}
+    repository = groups["Model repository"]
+    repository.add_argument("--model-repository", "--model-store", type=Path, action="append", required=True,
+                            dest="model_repository", metavar="DIR",
+                            help="the model repository folder (one; tritonserver takes several)")
     for field in dataclasses.fields(ServerSettings):
         meta = field.metadata
         if meta["flag"] is None:
             continue
+        group = groups[meta.get("group", "triton-nb")]
         kind = field.type.split(" | ")[0]  # the annotation's text: settings.py postpones annotations
         options: dict[str, Any] = {"dest": field.name, "help": _serve_flag_help(field)}
         if meta.get("switch"):  # a flag without a value, as tritonserver's --disable-auto-complete-config
-            serve.add_argument(meta["flag"], action="store_true", default=field.default, **options)
+            group.add_argument(meta["flag"], action="store_true", default=field.default, **options)
             continue
         if "choices" in meta:
             options["choices"] = meta["choices"]
@@ -202,13 +321,28 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
         else:
             options["default"] = meta.get("cli_default", field.default)
         options["metavar"] = meta.get("metavar", "BOOL" if kind == "bool" else None)
-        serve.add_argument(meta["flag"], *meta.get("aliases", ()), **options)
-    serve.add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
-    serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
-    serve.add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
-    serve.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
+        group.add_argument(meta["flag"], *meta.get("aliases", ()), **options)
+    repository.add_argument("--strict-model-config", type=_flag, default=None, metavar="BOOL",
+                            help="deprecated in tritonserver: true is --disable-auto-complete-config")
+    for endpoint, title in (("http", "HTTP"), ("grpc", "gRPC"), ("metrics", "Metrics")):
+        groups[title].add_argument(f"--allow-{endpoint}", type=_flag, default=True, metavar="BOOL",
+                                   help=f"listen for {title} (default true)")
+    cache = groups["Response cache"]
+    cache.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="Triton's response cache: local,size=BYTES (the local cache only; repeatable, one "
                             "setting each); models use it with response_cache { enable: true }")
+    cache.add_argument("--response-cache-byte-size", type=_whole, default=None, metavar="BYTES",
+                       help="deprecated in tritonserver: --cache-config local,size=BYTES")
+    for flag, (group_title, why) in _REFUSED_WHEN_TRUE.items():
+        groups[group_title].add_argument(flag, type=_flag, default=False, metavar="BOOL",
+                                         help=f"false only: {why}")
+    for flag, (reader, repeat, why) in _INERT_SERVE_FLAGS.items():
+        group = groups["SageMaker and Vertex AI" if flag.startswith(("--sagemaker", "--vertex")) else
+                       "Accepted, no effect here"]
+        # absent unless given (SUPPRESS), so that only a given flag is reported
+        group.add_argument(flag, type=reader, action="append" if repeat else "store", default=argparse.SUPPRESS,
+                           dest=_inert_dest(flag), metavar="BOOL" if reader is _flag else "VALUE",
+                           help=f"no effect: {why}".replace("%", "%%"))
 
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
@@ -218,12 +352,20 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
 
     from triton_nb.server.settings import ServerSettings
 
+    if len(args.model_repository) > 1:
+        raise TritonNBError(f"--model-repository: one repository is served here, got {len(args.model_repository)}: "
+                            + ", ".join(map(str, args.model_repository)))
+    for flag, (_, why) in _REFUSED_WHEN_TRUE.items():
+        if getattr(args, flag[2:].replace("-", "_")):
+            raise TritonNBError(f"{flag}=true: {why}; leave it out or give {flag}=false")
     if args.load_models and args.model_control_mode != "explicit":
         raise TritonNBError("--load-model needs --model-control-mode=explicit")
     if not (args.allow_http or args.allow_grpc):
         raise TritonNBError("at least one of HTTP and gRPC must be allowed")
     if args.rate_limit_resources and args.rate_limit == "off":
         raise TritonNBError("--rate-limit-resource needs --rate-limit execution_count")
+    if args.response_cache_byte_size is not None and args.cache_config:
+        raise TritonNBError("--response-cache-byte-size and --cache-config both given: give one (tritonserver's rule)")
     options = {field.name: getattr(args, field.name) for field in dataclasses.fields(ServerSettings)
                if field.metadata["flag"] is not None and getattr(args, field.name) is not None}
     for endpoint in ("http", "grpc", "metrics"):
@@ -233,12 +375,27 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
     options["grpc_max_message_bytes"] = args.max_request_bytes
     # tritonserver's explicit mode is network model control; so it is here
     options["network_model_control"] = args.model_control_mode == "explicit"
+    if args.strict_model_config:  # deprecated spelling: strict = no auto-complete; the switch wins over false
+        options["disable_auto_complete_config"] = True
+    if args.response_cache_byte_size is not None:  # deprecated spelling of --cache-config local,size=N
+        options["cache_size_bytes"] = args.response_cache_byte_size
     if args.cache_config:
         from triton_nb.server.cache import parse_cache_config
 
         # a refused cache name stops here, before any port opens
         options["cache_size_bytes"] = parse_cache_config(args.cache_config)
     return ServerSettings(**options)  # a bad value (an unknown --metrics-config key, ...) names itself here
+
+
+def _serve_no_effect_lines(args: argparse.Namespace) -> list[str]:
+    """One line for each flag given that has no effect here, naming it and why."""
+    lines = [f"{flag} has no effect here: {why}" for flag, (_, _, why) in _INERT_SERVE_FLAGS.items()
+             if hasattr(args, _inert_dest(flag))]
+    if args.strict_model_config is not None:
+        lines.append("--strict-model-config is deprecated (as in tritonserver): use --disable-auto-complete-config")
+    if args.response_cache_byte_size is not None:
+        lines.append("--response-cache-byte-size is deprecated (as in tritonserver): use --cache-config local,size=N")
+    return lines
 
 
 # perf_analyzer's --percentile values (triton_nb.perf.stats.PERCENTILES; not imported here, to keep start-up light).
@@ -592,16 +749,28 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import logging
     import signal
     import threading
 
-    from triton_nb import serve
+    from triton_nb import InferenceServer
 
     settings = _serve_settings(args)
+    for line in _serve_no_effect_lines(args):
+        print(f"triton-nb serve: {line}", file=sys.stderr, flush=True)
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = serve(args.model_repository, settings)
+    server = InferenceServer(args.model_repository[0], settings)
+    if settings.log_file is None:  # tritonserver logs to its console unless --log-file says otherwise
+        server.log_settings.add_handler(logging.StreamHandler(sys.stderr))
     try:
+        try:
+            server.start()
+        except ModelLoadFailedError as exc:
+            # --exit-on-error: the model table, then tritonserver's last line and its status
+            _print_model_table(exc.repository_index)
+            print(f"error: creating server: {exc}", file=sys.stderr, flush=True)
+            return 1
         # (the server froze what it loaded out of the garbage collector's full passes: freeze_gc)
         _print_model_table(server.repository_index())
         names = {"grpc": "GRPCInferenceService", "http": "HTTPService", "metrics": "Metrics Service"}

@@ -17,6 +17,7 @@ __all__ = [
     "InvalidArgumentError",
     "MethodNotAllowedError",
     "MissingDependencyError",
+    "ModelLoadFailedError",
     "NotFoundError",
     "PayloadTooLargeError",
     "RequestCancelledError",
@@ -94,6 +95,16 @@ class RequestCancelledError(TritonNBError):
 
 class InternalError(TritonNBError, RuntimeError):
     """A bug or an unexpected failure inside triton_nb or a model."""
+
+
+class ModelLoadFailedError(InternalError):
+    """Models failed to load at start with ``exit_on_error`` (tritonserver's ``--exit-on-error``),
+    which ends the start; the message names each model and why, and ``repository_index`` holds
+    every model's state as the start ended (the server's repository index)."""
+
+    def __init__(self, message: str, repository_index: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.repository_index = list(repository_index or ())
 
 
 class UnsafeFileError(InvalidArgumentError):

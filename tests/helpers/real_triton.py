@@ -257,14 +257,20 @@ class RealTritonServer:
         startup_timeout_s: float = 90.0,
         stub_site: Iterable[str | os.PathLike[str]] | None = None,
         python_based_backends: Iterable[str | os.PathLike[str]] = (),
+        wait_for: str = "ready",
     ) -> None:
         """``python_based_backends``: folders holding a ``model.py`` each, served as Python-based
-        backends named after the folder (copied into the server's backend directory)."""
+        backends named after the folder (copied into the server's backend directory). ``wait_for``:
+        the health endpoint (``ready`` or ``live``) that must answer 200 before :meth:`start`
+        returns; ``live`` for a server that strict readiness keeps unready (a model failed)."""
         self.model_repository = Path(model_repository).resolve()
         self.python_based_backends = tuple(Path(p).resolve() for p in python_based_backends)
         self.stub_site = default_stub_site() if stub_site is None else tuple(Path(p).resolve() for p in stub_site)
         self.extra_args = tuple(extra_args)
         self.startup_timeout_s = startup_timeout_s
+        if wait_for not in ("ready", "live"):
+            raise ValueError(f"wait_for must be 'ready' or 'live', got {wait_for!r}")
+        self.wait_for = wait_for
         self.startup_s: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._work_dir: Path | None = None
@@ -330,7 +336,7 @@ class RealTritonServer:
         print(f"tritonserver (running) when the test failed:{self._report()}", file=sys.stderr)
 
     def start(self) -> None:
-        """Start the server and wait until ``/v2/health/ready`` answers 200.
+        """Start the server and wait until ``/v2/health/<wait_for>`` answers 200.
 
         Raises :class:`TritonServerUnavailable` or :class:`TritonServerStartError` (with the log's errors and tail).
         """
@@ -457,7 +463,7 @@ class RealTritonServer:
         threading.Thread(target=self._watch, args=(self._process,), name="real-triton-watch", daemon=True).start()
         # HTTP is ready before the metrics endpoint starts, and a metrics port lost to another
         # process makes the server exit only then: wait for both, then make sure it did not fail
-        urls = [f"http://127.0.0.1:{http_port}/v2/health/ready"]
+        urls = [f"http://127.0.0.1:{http_port}/v2/health/{self.wait_for}"]
         if _metrics_enabled(self.extra_args):
             urls.append(self.metrics_url)
         deadline = started + self.startup_timeout_s

@@ -28,10 +28,14 @@ DOCUMENTED_DEFAULTS = {
     "max_string_bytes": MiB, "network_model_control": False, "disable_auto_complete_config": False,
     "freeze_gc": True, "cache_size_bytes": None,
     "rate_limit": "off", "rate_limit_resources": (), "backend_directory": None, "python_instances": "thread",
-    "metrics_config": (), "cpu_metrics": True,
+    "metrics_config": (), "cpu_metrics": True, "server_id": "triton_nb", "exit_on_error": False,
+    "strict_readiness": True, "model_load_thread_count": 1, "model_load_retry_count": 0, "log_verbose": 0,
+    "log_info": True, "log_warning": True, "log_error": True, "log_format": "default", "log_file": None,
+    "backend_config": (),
 }
 # tritonserver's defaults, where `triton-nb serve` takes them instead of the in-process ones
-TRITONSERVER_DEFAULTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002, "model_control_mode": "none"}
+TRITONSERVER_DEFAULTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002, "model_control_mode": "none",
+                         "exit_on_error": True, "model_load_thread_count": 4}
 
 FIELDS = dataclasses.fields(ServerSettings)
 
@@ -75,6 +79,12 @@ BAD_VALUES = [
     ("rate_limit_resources", ["R:1"], r"rate_limit_resources need rate_limit='execution_count'"),
     ("python_instances", "fiber", r"python_instances must be one of thread, process, got 'fiber'"),
     ("metrics_config", ["nope=1"], r"unknown setting 'nope'"),
+    ("server_id", "", r"server_id must be a non-empty string, got ''"),
+    ("model_load_thread_count", 0, r"model_load_thread_count must be a whole number >= 1, got 0"),
+    ("model_load_retry_count", -1, r"model_load_retry_count must be a whole number >= 0, got -1"),
+    ("log_verbose", True, r"log_verbose must be a whole number >= 0, got True"),
+    ("log_format", "json", r"log_format must be one of default, ISO8601, got 'json'"),
+    ("backend_config", ["python"], r"--backend-config must be <backend>,<setting>=<value>.*got 'python'"),
 ]
 
 
@@ -86,7 +96,8 @@ def test_a_bad_value_is_refused_naming_its_field(name, value, message):
 
 def test_every_setting_has_a_refusal_test_or_takes_any_value_of_its_type():
     # coerced with bool(), as before
-    takes_anything = {"network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics"}
+    takes_anything = {"network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics",
+                      "exit_on_error", "strict_readiness", "log_info", "log_warning", "log_error", "log_file"}
     checked = {name for name, _, _ in BAD_VALUES} | {"backend_directory"}
     assert {f.name for f in FIELDS} - checked == takes_anything
 
@@ -168,7 +179,7 @@ def test_the_serve_flags_that_set_more_than_their_own_field(tmp_path):
     assert settings("--allow-grpc=false", "--allow-metrics=false", "--allow-cpu-metrics=true") == ServerSettings(
         **{**TRITONSERVER_DEFAULTS, "grpc_port": None, "metrics_port": None, "cpu_metrics": False})
     explicit = settings("--model-control-mode=explicit", "--load-model", "a", "--load-model", "b",
-                        "--max-request-bytes", "1_000", "--cache-config", "local,size=4096", "--model-store", "x")
+                        "--max-request-bytes", "1_000", "--cache-config", "local,size=4096")
     assert explicit.network_model_control and explicit.load_models == ("a", "b")
     assert explicit.max_request_bytes == explicit.grpc_max_message_bytes == 1000
     assert explicit.cache_size_bytes == 4096
@@ -179,7 +190,7 @@ def test_serve_names_a_bad_setting_before_it_starts(tmp_path, capsys):
     assert "triton-nb serve: error: repository_poll_secs must be > 0, got 0.0" in capsys.readouterr().err
     assert main(["serve", "--model-repository", str(tmp_path), "--load-model", "a"]) == 2
     assert "--load-model needs --model-control-mode=explicit" in capsys.readouterr().err
-    assert main(["serve", "--model-repository", str(tmp_path), "--allow-http=false", "--allow-grpc=no"]) == 2
+    assert main(["serve", "--model-repository", str(tmp_path), "--allow-http=false", "--allow-grpc=off"]) == 2
     assert "at least one of HTTP and gRPC must be allowed" in capsys.readouterr().err
     assert main(["serve", "--model-repository", str(tmp_path), "--backend-directory", str(Path(tmp_path, "x"))]) == 2
     assert "does not exist or is not a folder" in capsys.readouterr().err

@@ -298,7 +298,7 @@ def main() -> int:
 
         return send
 
-    reader, writer = ArenaReader(), ArenaWriter(init["arena_prefix"])
+    reader, writer = ArenaReader(), ArenaWriter(init["arena_prefix"], init["arena_min_bytes"])
 
     def run_batch(batch: int, arena: str, specs: list, plan: list, metas: list) -> None:
         backend = state["backend"]

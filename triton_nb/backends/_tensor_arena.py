@@ -114,10 +114,12 @@ def unpack_batch(read: dict[str, np.ndarray], plan: list, count: int) -> list[di
 
 
 class ArenaWriter:
-    """The arena one side writes; ``prefix`` makes its file names unique to this side."""
+    """The arena one side writes; ``prefix`` makes its file names unique to this side, and
+    ``min_bytes`` is its first size (the Python backend's ``shm-default-byte-size``)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, min_bytes: int = _MIN_BYTES) -> None:
         self._prefix = prefix
+        self._min_bytes = min_bytes
         self._generation = 0
         self.name = ""
         self.size = 0
@@ -127,7 +129,7 @@ class ArenaWriter:
         if self._map is not None and needed <= self.size:
             return
         self.close()
-        size = max(_MIN_BYTES, 1 << max(needed - 1, 1).bit_length())  # powers of two: few replacements
+        size = max(self._min_bytes, 1 << max(needed - 1, 1).bit_length())  # powers of two: few replacements
         self._generation += 1
         name = f"{self._prefix}_{self._generation}"
         fd = os.open(os.path.join(_SHM_DIR, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)

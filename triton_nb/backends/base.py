@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from triton_nb.backends.backend_config import PythonBackendOptions
 from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:  # protobuf stays out of a Python model's own process, which imports this module
@@ -71,6 +72,8 @@ class ModelContext:
     #: How the server runs Python-model instances: "thread" (in this process) or "process" (a
     #: process each, as Triton's stubs); a model with EXECUTION_ENV_PATH runs in processes anyway.
     python_instances: str = "thread"
+    #: The Python backend's ``--backend-config`` settings (process instances read them).
+    python_backend: PythonBackendOptions = field(default_factory=PythonBackendOptions)
 
 
 class Backend(ABC):

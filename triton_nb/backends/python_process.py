@@ -128,7 +128,8 @@ class _Stub:
             data_theirs.close()
         self.channel = Channel(ours)
         self.data = Channel(data_ours)
-        self.arena_prefix = f"triton_nb_{self.process.pid}_{uuid.uuid4().hex[:8]}"
+        prefix = owner.context.python_backend.shm_region_prefix_name  # --backend-config=python,shm-region-prefix-name
+        self.arena_prefix = f"{prefix}{self.process.pid}_{uuid.uuid4().hex[:8]}"
         self.ready: Future = Future()
         self.finalized = threading.Event()
         self.dead = False
@@ -216,6 +217,9 @@ class ProcessPythonBackend(Backend):
         self._backend_folder = backend_folder
         self._interpreter = interpreter or sys.executable
         self._env = _stub_env(env)
+        self._shm = context.python_backend  # the Python backend's --backend-config settings
+        # stub-timeout-seconds, when given, bounds the start (initialize included); else triton_nb's own
+        self._start_timeout_s = self._shm.stub_timeout_seconds or STUB_START_TIMEOUT_S
         self._lock = threading.Lock()  # starting a stub and registering a batch
         self._data_lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}
@@ -238,15 +242,16 @@ class ProcessPythonBackend(Backend):
                 "instance_name": context.instance_name, "instance_kind": context.instance_kind,
                 "device_id": context.device_id, "settings": asdict(self.settings),
                 "backend_folder": None if self._backend_folder is None else str(self._backend_folder),
-                "arena_prefix": stub.arena_prefix + "_out", "log_level": self.logger.getEffectiveLevel(),
+                "arena_prefix": stub.arena_prefix + "_out", "arena_min_bytes": self._shm.shm_default_byte_size,
+                "log_level": self.logger.getEffectiveLevel(),
                 "model_control_mode": getattr(context.server, "model_control_mode", None)}
         try:
             stub.channel.send(("init", init))
-            stub.ready.result(timeout=STUB_START_TIMEOUT_S)
+            stub.ready.result(timeout=self._start_timeout_s)
         except TimeoutError:
             stub.kill()
             raise InternalError(f"model '{self.name}' instance '{context.instance_name}': its Python process did not "
-                                f"start within {STUB_START_TIMEOUT_S:g} s") from None
+                                f"start within {self._start_timeout_s:g} s") from None
         except OSError as exc:
             stub.kill()
             raise InternalError(f"model '{self.name}': its Python process ended before it started: {exc}") from exc
@@ -255,7 +260,7 @@ class ProcessPythonBackend(Backend):
             raise
         if self._arena is not None:
             self._arena.close()
-        self._arena = ArenaWriter(stub.arena_prefix + "_in")
+        self._arena = ArenaWriter(stub.arena_prefix + "_in", self._shm.shm_default_byte_size)
         return stub
 
     def _stub_died(self, stub: _Stub, how: str) -> None:

@@ -31,10 +31,12 @@ from typing import Any, TypeVar
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb.backends.backend_config import parse_backend_config
 from triton_nb.errors import (
     ForbiddenError,
     InternalError,
     InvalidArgumentError,
+    ModelLoadFailedError,
     NotFoundError,
     TritonNBError,
     UnavailableError,
@@ -46,6 +48,7 @@ from triton_nb.server.checks import CheckedVersion, _check_request
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.futures import ResponseFuture
 from triton_nb.server.instances import InstanceOptions, set_instance_count
+from triton_nb.server.logs import LogSettings
 from triton_nb.server.models import ModelManager, _Model, _Version
 from triton_nb.server.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.rate_limiter import RateLimiter
@@ -105,14 +108,19 @@ class Server:
             max_tensor_elements=settings.max_tensor_elements, grpc_max_message_bytes=settings.grpc_max_message_bytes,
             exit_timeout_secs=settings.exit_timeout_secs, http_read_timeout_secs=settings.http_read_timeout_secs,
             http_timeout_keep_alive_secs=settings.http_timeout_keep_alive_secs,
-            http_restricted_api=settings.http_restricted_api, grpc_restricted_api=settings.grpc_restricted_api)
+            http_restricted_api=settings.http_restricted_api, grpc_restricted_api=settings.grpc_restricted_api,
+            server_id=settings.server_id)
+        #: Triton's logging settings (``--log-*``), which the logging extension changes live
+        self.log_settings = LogSettings.from_settings(settings)
         self._frontends: NetworkFrontends | None = None
         # Triton's system shared-memory regions, shared by the HTTP and gRPC front ends (and
         # usable in-process: server.shared_memory.register(name, key, byte_size, offset))
         self.shared_memory = SharedMemoryRegistry()
         # Triton's --rate-limit: with "off" (its default) every rate_limiter block is ignored, as there
         limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit == "execution_count" else None
-        self._instance_options = InstanceOptions(settings.backend_directory, settings.python_instances)
+        self._backend_config = parse_backend_config(settings.backend_config)
+        self._instance_options = InstanceOptions(settings.backend_directory, settings.python_instances,
+                                                 self._backend_config.python)
         self._manager = ModelManager(self.repository, self.stats, server=self, infer_step=self._infer_step,
                                      exit_timeout_secs=settings.exit_timeout_secs, rate_limiter=limiter,
                                      instance_options=self._instance_options,
@@ -140,18 +148,20 @@ class Server:
         if self._started:
             return self
         self._started = True
-        names = self._initial_models()
-        for name in names:
-            if self._manager.serving(name):  # loaded already, as a composing model of an ensemble before it
-                continue
-            try:
-                self._manager.load(name)
-            except TritonNBError as exc:  # one bad model never stops the others
-                log.warning("model '%s' failed to load: %s", name, exc)
+        self.log_settings.open()
+        for spec, why in self._backend_config.inert:
+            log.warning("--backend-config=%s has no effect here: %s", spec, why)
+        failed = self._load_initial_models()
+        if failed and self.settings.exit_on_error:
+            # tritonserver's words, the models named; the states as they are before stopping marks them all stopped
+            error = ModelLoadFailedError("failed to load all models: " + "; ".join(
+                f"'{name}': {reason}" for name, reason in failed.items()), self.repository_index())
+            self.stop()
+            raise error
         if self.model_control_mode == "poll":
             self._manager.start_polling(self.settings.repository_poll_secs)
         if self._frontend_options.enabled:
-            self._frontends = NetworkFrontends(self, self._frontend_options)
+            self._frontends = NetworkFrontends(self, self._frontend_options, self.log_settings)
             try:
                 self._frontends.start()
             except BaseException:
@@ -162,6 +172,43 @@ class Server:
             freeze_while_serving()
             self._froze_gc = True
         return self
+
+    def _load_initial_models(self) -> dict[str, str]:
+        """Load what the control mode loads at start: with ``model_load_thread_count`` above 1,
+        that many at once, the ensembles after (their composing models are loaded by then); each
+        failure is tried ``model_load_retry_count`` more times. Returns the failures' reasons."""
+        names = self._initial_models()
+        failed: dict[str, str] = {}
+
+        def load(name: str) -> None:
+            for attempt in range(self.settings.model_load_retry_count + 1):
+                if self._manager.serving(name):  # loaded already, as a composing model of an ensemble before it
+                    return
+                try:
+                    self._manager.load(name)
+                except TritonNBError as exc:  # one bad model never stops the others
+                    failed[name] = str(exc)
+                    log.warning("model '%s' failed to load%s: %s", name,
+                                f" (attempt {attempt + 1})" if self.settings.model_load_retry_count else "", exc)
+                else:
+                    failed.pop(name, None)
+                    return
+
+        threads = self.settings.model_load_thread_count
+        if threads == 1 or len(names) < 2:
+            for name in names:
+                load(name)
+            return failed
+        from concurrent.futures import ThreadPoolExecutor
+
+        scan = scan_repository(self.repository, auto_complete_config=not self.settings.disable_auto_complete_config)
+        ensembles = [name for name in names if name in scan.models and scan.models[name].config is not None
+                     and scan.models[name].config.platform == "ensemble"]
+        with ThreadPoolExecutor(threads, thread_name_prefix="triton-nb-load") as pool:
+            list(pool.map(load, [name for name in names if name not in ensembles]))
+        for name in ensembles:  # an ensemble's load checks it against its composing models' configs
+            load(name)
+        return failed
 
     # ------------------------------------------------------------------ endpoints
     def _port(self, name: str) -> int | None:
@@ -222,6 +269,7 @@ class Server:
         if self._froze_gc:
             self._froze_gc = False
             unfreeze_after_serving()
+        self.log_settings.close()
 
     def __enter__(self: _S) -> _S:
         return self.start()
@@ -234,10 +282,14 @@ class Server:
         return self._started and not self._stopped
 
     def is_server_ready(self) -> bool:
-        """Ready when live and every model that was asked for is ready (Triton's strict
-        readiness), each loaded version's instances included (Triton 2.67: a Python model's
-        ``is_ready()``)."""
-        if not (self.is_server_live() and self._manager.all_ready()):
+        """Ready when live and, with ``strict_readiness`` (the default), every model that was asked
+        for is ready, each loaded version's instances included (Triton 2.67: a Python model's
+        ``is_ready()``); without it, whenever live (tritonserver's ``--strict-readiness``)."""
+        if not self.is_server_live():
+            return False
+        if not self.settings.strict_readiness:
+            return True
+        if not self._manager.all_ready():
             return False
         with self._manager.models_lock:
             loaded = [version for model in self._manager.models.values() for version in model.versions.values()]

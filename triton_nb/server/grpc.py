@@ -73,8 +73,10 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Every RPC of ``inference.GRPCInferenceService`` except tracing (CUDA shared memory is
     answered as a Triton without GPU support answers it)."""
 
-    def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings) -> None:
+    def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings, *,
+                 server_id: str = SERVER_NAME) -> None:
         self._server = server
+        self._server_id = server_id
         self._limits = limits
         self._log_settings = log_settings
         # the same registry as the HTTP front end's: a region registered over one is usable over the other
@@ -104,7 +106,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         from triton_nb._version import __version__
 
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=SERVER_EXTENSIONS)
+        return pb.ServerMetadataResponse(name=self._server_id, version=__version__, extensions=SERVER_EXTENSIONS)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         try:

@@ -53,6 +53,7 @@ from triton_nb.errors import (
     wire_status,
 )
 from triton_nb.server.protocol import (
+    SERVER_NAME,
     LogSettings,
     WireLimits,
     array_from_buffer,
@@ -104,8 +105,9 @@ class HttpApp:
     """The ASGI application of one server."""
 
     def __init__(self, server: InferenceService, limits: WireLimits, log_settings: LogSettings,
-                 restricted: dict[str, tuple[str, str]] | None = None) -> None:
+                 restricted: dict[str, tuple[str, str]] | None = None, *, server_id: str = SERVER_NAME) -> None:
         self._server = server
+        self._metadata = server_metadata(server_id)
         self._limits = limits
         self._log_settings = log_settings
         self._shared_memory = registry_of(server)
@@ -151,7 +153,7 @@ class HttpApp:
         rest = parts[1:]
         if not rest:
             self._allow(method, "GET")
-            return _json(server_metadata())
+            return _json(self._metadata)
         head = rest[0]
         if head == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):
             self._allow(method, "GET")

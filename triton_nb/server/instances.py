@@ -17,12 +17,13 @@ package's hierarchy pass unchanged. A version is read and changed only through
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb.backends.backend_config import PythonBackendOptions
 from triton_nb.backends.base import Backend, ModelContext, ServerHandle
 from triton_nb.backends.registry import backend_factory
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
@@ -57,6 +58,8 @@ class InstanceOptions:
 
     backend_directory: Path | None = None
     python_instances: str = "thread"
+    #: the Python backend's --backend-config settings, which its process instances read
+    python_backend: PythonBackendOptions = field(default_factory=PythonBackendOptions)
 
 
 def create_backend(context: ModelContext, backend_directory: Path | None = None) -> Backend:
@@ -89,6 +92,7 @@ def add_instance(version: ServedVersion, group: mc.ModelInstanceGroup, source: P
         device_id=int(group.gpus[0]) if group.gpus else 0,
         server=server,
         python_instances=options.python_instances,
+        python_backend=options.python_backend,
     )
     try:
         backend = create_backend(context, options.backend_directory)

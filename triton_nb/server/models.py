@@ -232,10 +232,12 @@ class ModelManager:
             return sorted(model.versions) if model is not None else []
 
     def all_ready(self) -> bool:
-        """Every version of every model that was asked for is READY."""
+        """Every version of every model that was asked for is READY, or was unloaded on purpose (an
+        unload leaves a strictly ready Triton ready: checked against tritonserver 2.51)."""
         with self.models_lock:
             return all(
-                state == ModelState.READY for model in self.models.values() for state, _ in model.states.values()
+                state == ModelState.READY or reason == "unloaded"
+                for model in self.models.values() for state, reason in model.states.values()
             )
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:

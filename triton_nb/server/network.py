@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
-from triton_nb.server.protocol import LogSettings, WireLimits, parse_restricted_api
+from triton_nb.server.protocol import SERVER_NAME, LogSettings, WireLimits, parse_restricted_api
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
@@ -74,6 +74,7 @@ class FrontendOptions:
     exit_timeout_secs: float = 30.0
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_api: tuple[str, ...] = ()
+    server_id: str = SERVER_NAME
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -138,10 +139,11 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class NetworkFrontends:
     """The HTTP, gRPC and metrics endpoints of one server (an :class:`InferenceService`)."""
 
-    def __init__(self, server: InferenceService, options: FrontendOptions) -> None:
+    def __init__(self, server: InferenceService, options: FrontendOptions,
+                 log_settings: LogSettings | None = None) -> None:
         self._server = server
         self.options = options
-        self.log_settings = LogSettings()
+        self.log_settings = LogSettings() if log_settings is None else log_settings
         self.ports: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -193,7 +195,7 @@ class NetworkFrontends:
         if not _is_loopback(options.grpc_address):
             log.warning("gRPC service listens on %s, reachable beyond this machine: anyone who can connect can "
                         "use it", options.grpc_address)
-        servicer = GrpcServicer(self._server, self._limits, self.log_settings)
+        servicer = GrpcServicer(self._server, self._limits, self.log_settings, server_id=self.options.server_id)
         restricted = parse_restricted_api(options.grpc_restricted_api, "grpc_restricted_api")
         self._grpc = GrpcRelay(servicer, options.grpc_address, options.grpc_port, options.grpc_max_message_bytes,
                                restricted=restricted)
@@ -223,7 +225,7 @@ class NetworkFrontends:
         options = self.options
         limits = self._limits
         restricted = parse_restricted_api(options.http_restricted_api, "http_restricted_api")
-        apps = {"http": HttpApp(self._server, limits, self.log_settings, restricted),
+        apps = {"http": HttpApp(self._server, limits, self.log_settings, restricted, server_id=self.options.server_id),
                 "metrics": MetricsApp(self._server)}
         sweepers = []
         for name, sock in sockets.items():

@@ -11,7 +11,6 @@ can act on, never a traceback from numpy.
 
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 
 from triton_nb._version import __version__
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.server.logs import LogSettings
 from triton_nb.tensors import DATATYPES, deserialize_bytes, element_count, numpy_to_triton_dtype, serialize_bytes
 
 __all__ = [
@@ -61,8 +61,9 @@ API_GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config"
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
-def server_metadata() -> dict[str, Any]:
-    return {"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)}
+def server_metadata(name: str = SERVER_NAME) -> dict[str, Any]:
+    """Triton's server metadata; ``name`` is the server's id (tritonserver's ``--id``)."""
+    return {"name": name, "version": __version__, "extensions": list(SERVER_EXTENSIONS)}
 
 
 @dataclass(frozen=True)
@@ -266,50 +267,6 @@ def _format_score(value: Any) -> str:
     if isinstance(value, (np.floating, float)):
         return f"{float(value):f}"
     return str(value.item() if hasattr(value, "item") else value)
-
-
-@dataclass
-class LogSettings:
-    """Triton's logging extension: the settings ``GET|POST /v2/logging`` read and change,
-    applied to the ``triton_nb`` loggers."""
-
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = 0
-    log_format: str = "default"
-    log_file: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"log_file": self.log_file, "log_info": self.log_info, "log_warning": self.log_warning,
-                "log_error": self.log_error, "log_verbose_level": self.log_verbose_level,
-                "log_format": self.log_format}
-
-    def update(self, changes: Any) -> dict[str, Any]:
-        if not isinstance(changes, dict):
-            raise InvalidArgumentError("logging settings must be a JSON object")
-        kinds = {"log_info": bool, "log_warning": bool, "log_error": bool, "log_verbose_level": int,
-                 "log_format": str, "log_file": str}
-        for key, value in changes.items():
-            if key not in kinds:
-                raise InvalidArgumentError(f"logging setting '{key}' is unknown; known: {', '.join(kinds)}")
-            kind = kinds[key]
-            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
-                raise InvalidArgumentError(f"logging setting '{key}' must be {kind.__name__}, got {value!r}")
-            if key == "log_format" and value not in ("default", "ISO8601"):
-                raise InvalidArgumentError(f"logging setting 'log_format' must be default or ISO8601, got {value!r}")
-            if key == "log_file" and value:
-                raise InvalidArgumentError("logging setting 'log_file' cannot be changed over the network")
-        for key, value in changes.items():
-            setattr(self, key, value)
-        self.apply()
-        return self.to_json()
-
-    def apply(self) -> None:
-        level = (logging.DEBUG if self.log_verbose_level > 0 else logging.INFO if self.log_info
-                 else logging.WARNING if self.log_warning else logging.ERROR if self.log_error
-                 else logging.CRITICAL)
-        logging.getLogger("triton_nb").setLevel(level)
 
 
 def parse_restricted_api(specs: Any, flag: str) -> dict[str, tuple[str, str]]:
