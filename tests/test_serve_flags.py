@@ -141,7 +141,6 @@ def test_a_flag_with_no_effect_says_so_in_one_line_naming_it_and_why(tmp_path):
 
 
 @pytest.mark.parametrize(("flag", "words"), [
-    ("--allow-sagemaker=true", "--allow-sagemaker=true: SageMaker mode is not available in this version"),
     ("--allow-vertex-ai=1", "--allow-vertex-ai=true: Vertex AI mode is not available in this version"),
     ("--grpc-use-ssl=on", "--grpc-use-ssl=true: gRPC over SSL is not available in this version"),
 ])
@@ -298,31 +297,33 @@ def test_the_python_backend_config_sizes_and_names_a_process_instances_arena(tmp
 
 
 def test_the_sagemaker_start_scripts_command_line_serves_with_one_line_per_inert_flag(tmp_path):
-    # docker/sagemaker/serve's command line with every optional variable set, less --allow-sagemaker=true
-    # (the next version's) and --allow-http=false (HTTP serves instead of the SageMaker port here)
+    # docker/sagemaker/serve's command line with every optional variable set, as the script runs it
+    # (--sagemaker-port=0 for a free port)
     repo = write_model(tmp_path / "repo", "good")
-    flags = ["--allow-sagemaker=false", "--model-control-mode=explicit", f"--model-repository={repo}",
-             "--model-namespacing=true", "--sagemaker-port=8080", "--sagemaker-safe-port-range=8000-8999",
+    flags = ["--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit",
+             f"--model-repository={repo}", "--model-namespacing=true", "--sagemaker-port=0",
+             "--sagemaker-safe-port-range=8000-8999",
              "--allow-grpc=false", "--allow-metrics=false", "--buffer-manager-thread-count=2",
              "--sagemaker-thread-count=16", "--log-verbose=true", "--log-info=true", "--log-warning=true",
              "--log-error=true", "--backend-config=python,shm-default-byte-size=16777216",
              "--backend-config=python,shm-growth-byte-size=1048576", "--backend-config=tensorflow,version=2",
-             "--model-load-gpu-limit", "0:0.8", "--load-model=good", "--http-port=0"]
+             "--model-load-gpu-limit", "0:0.8", "--load-model=good"]
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "good"}
     process = subprocess.Popen([sys.executable, "-m", "triton_nb.cli", "serve", *flags], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=environment)
     lines: list[str] = []
     try:
-        while not any(line.startswith("Started HTTPService") for line in lines):
+        while not any(line.startswith("Started Sagemaker HTTPService") for line in lines):
             line = process.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
+        assert not any(line.startswith("Started HTTPService") for line in lines)  # --allow-http=false
         port = int(lines[-1].rsplit(":", 1)[1])
-        assert _get(f"http://127.0.0.1:{port}/v2/health/ready")[0] == 200
+        assert _get(f"http://127.0.0.1:{port}/ping")[0] == 200
     finally:
         process.terminate()
         process.wait(timeout=60)
-    inert = ["--model-namespacing", "--sagemaker-port", "--sagemaker-safe-port-range", "--buffer-manager-thread-count",
+    inert = ["--model-namespacing", "--sagemaker-safe-port-range", "--buffer-manager-thread-count",
              "--sagemaker-thread-count", "--model-load-gpu-limit", "python,shm-growth-byte-size",
              "tensorflow,version"]
     said = [line for line in lines if "has no effect here" in line]

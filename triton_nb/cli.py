@@ -242,9 +242,9 @@ _INERT_SERVE_FLAGS: dict[str, tuple[Callable[[str], Any], bool, str]] = {
     "--grpc-http2-max-ping-strikes": (_integer, False, _GRPC_TRANSPORT),
     "--grpc-max-connection-age": (_integer, False, _GRPC_TRANSPORT),
     "--grpc-max-connection-age-grace": (_integer, False, _GRPC_TRANSPORT),
-    "--sagemaker-port": (_port, False, f"SageMaker mode {_NOT_AVAILABLE}"),
-    "--sagemaker-safe-port-range": (str, False, f"SageMaker mode {_NOT_AVAILABLE}"),
-    "--sagemaker-thread-count": (_positive_int, False, f"SageMaker mode {_NOT_AVAILABLE}"),
+    "--sagemaker-safe-port-range": (str, False, "no port range is reserved for SageMaker's front end here"),
+    "--sagemaker-thread-count": (_positive_int, False, "the SageMaker routes are served by one event loop, "
+                                                      "not a pool of threads"),
     "--vertex-ai-port": (_port, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
     "--vertex-ai-thread-count": (_positive_int, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
     "--vertex-ai-default-model": (str, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
@@ -269,7 +269,6 @@ _INERT_SERVE_FLAGS: dict[str, tuple[Callable[[str], Any], bool, str]] = {
 # Boolean flags whose true asks for what this version does not have: false is accepted (it is what
 # happens here), true is refused in one line.
 _REFUSED_WHEN_TRUE = {
-    "--allow-sagemaker": ("SageMaker and Vertex AI", f"SageMaker mode {_NOT_AVAILABLE}"),
     "--allow-vertex-ai": ("SageMaker and Vertex AI", f"Vertex AI mode {_NOT_AVAILABLE}"),
     "--grpc-use-ssl": ("gRPC", f"gRPC over SSL {_NOT_AVAILABLE}"),
     "--grpc-use-ssl-mutual": ("gRPC", f"gRPC over mutual SSL {_NOT_AVAILABLE}"),
@@ -360,8 +359,8 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
             raise TritonNBError(f"{flag}=true: {why}; leave it out or give {flag}=false")
     if args.load_models and args.model_control_mode != "explicit":
         raise TritonNBError("--load-model needs --model-control-mode=explicit")
-    if not (args.allow_http or args.allow_grpc):
-        raise TritonNBError("at least one of HTTP and gRPC must be allowed")
+    if not (args.allow_http or args.allow_grpc or args.allow_sagemaker):
+        raise TritonNBError("at least one of HTTP, gRPC and SageMaker must be allowed")
     if args.rate_limit_resources and args.rate_limit == "off":
         raise TritonNBError("--rate-limit-resource needs --rate-limit execution_count")
     if args.response_cache_byte_size is not None and args.cache_config:
@@ -773,7 +772,8 @@ def _serve(args: argparse.Namespace) -> int:
             return 1
         # (the server froze what it loaded out of the garbage collector's full passes: freeze_gc)
         _print_model_table(server.repository_index())
-        names = {"grpc": "GRPCInferenceService", "http": "HTTPService", "metrics": "Metrics Service"}
+        names = {"grpc": "GRPCInferenceService", "http": "HTTPService", "metrics": "Metrics Service",
+                 "sagemaker": "Sagemaker HTTPService"}
         for endpoint, address in server.endpoints.items():
             print(f"Started {names[endpoint]} at {address}", flush=True)
         while not stopping.wait(0.5):

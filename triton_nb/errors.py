@@ -12,6 +12,7 @@ so code written against plain Python conventions keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyExistsError",
     "ForbiddenError",
     "InternalError",
     "InvalidArgumentError",
@@ -56,6 +57,14 @@ class UnavailableError(TritonNBError):
 
     http_status = 503
     grpc_code = "UNAVAILABLE"
+
+
+class AlreadyExistsError(TritonNBError):
+    """Something that must be unique is there already (a repository registered twice, a model name
+    two repositories would both serve)."""
+
+    http_status = 409
+    grpc_code = "ALREADY_EXISTS"
 
 
 class ForbiddenError(TritonNBError, PermissionError):

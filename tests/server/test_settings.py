@@ -28,7 +28,8 @@ DOCUMENTED_DEFAULTS = {
     "max_string_bytes": MiB, "network_model_control": False, "disable_auto_complete_config": False,
     "freeze_gc": True, "cache_size_bytes": None,
     "rate_limit": "off", "rate_limit_resources": (), "backend_directory": None, "python_instances": "thread",
-    "metrics_config": (), "cpu_metrics": True, "server_id": "triton_nb", "exit_on_error": False,
+    "metrics_config": (), "cpu_metrics": True, "server_id": "triton_nb", "allow_sagemaker": False,
+    "sagemaker_port": 8080, "exit_on_error": False,
     "strict_readiness": True, "model_load_thread_count": 1, "model_load_retry_count": 0, "log_verbose": 0,
     "log_info": True, "log_warning": True, "log_error": True, "log_format": "default", "log_file": None,
     "backend_config": (),
@@ -61,6 +62,7 @@ BAD_VALUES = [
     ("http_port", 70000, r"http_port must be a port number 0\.\.65535 \(0 picks a free one\), got 70000"),
     ("grpc_port", True, r"grpc_port must be a port number .*, got True"),
     ("metrics_port", "8002", r"metrics_port must be a port number .*, got '8002'"),
+    ("sagemaker_port", -1, r"sagemaker_port must be a port number .*, got -1"),
     ("http_address", "", r"http_address must be an interface address, got ''"),
     ("grpc_address", None, r"grpc_address must be an interface address, got None"),
     ("metrics_address", 0, r"metrics_address must be an interface address, got 0"),
@@ -97,7 +99,8 @@ def test_a_bad_value_is_refused_naming_its_field(name, value, message):
 def test_every_setting_has_a_refusal_test_or_takes_any_value_of_its_type():
     # coerced with bool(), as before
     takes_anything = {"network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics",
-                      "exit_on_error", "strict_readiness", "log_info", "log_warning", "log_error", "log_file"}
+                      "exit_on_error", "strict_readiness", "log_info", "log_warning", "log_error", "log_file",
+                      "allow_sagemaker"}
     checked = {name for name, _, _ in BAD_VALUES} | {"backend_directory"}
     assert {f.name for f in FIELDS} - checked == takes_anything
 
@@ -191,6 +194,6 @@ def test_serve_names_a_bad_setting_before_it_starts(tmp_path, capsys):
     assert main(["serve", "--model-repository", str(tmp_path), "--load-model", "a"]) == 2
     assert "--load-model needs --model-control-mode=explicit" in capsys.readouterr().err
     assert main(["serve", "--model-repository", str(tmp_path), "--allow-http=false", "--allow-grpc=off"]) == 2
-    assert "at least one of HTTP and gRPC must be allowed" in capsys.readouterr().err
+    assert "at least one of HTTP, gRPC and SageMaker must be allowed" in capsys.readouterr().err
     assert main(["serve", "--model-repository", str(tmp_path), "--backend-directory", str(Path(tmp_path, "x"))]) == 2
     assert "does not exist or is not a folder" in capsys.readouterr().err

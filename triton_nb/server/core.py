@@ -109,7 +109,13 @@ class Server:
             exit_timeout_secs=settings.exit_timeout_secs, http_read_timeout_secs=settings.http_read_timeout_secs,
             http_timeout_keep_alive_secs=settings.http_timeout_keep_alive_secs,
             http_restricted_api=settings.http_restricted_api, grpc_restricted_api=settings.grpc_restricted_api,
-            server_id=settings.server_id)
+            server_id=settings.server_id,
+            # SageMaker's front end reads its model and ping mode from the environment, as Triton's does
+            sagemaker_port=settings.sagemaker_port if settings.allow_sagemaker else None,
+            sagemaker_address=settings.http_address,
+            sagemaker_default_model=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME",
+                                                   "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
+            sagemaker_ping_mode=os.environ.get("SAGEMAKER_TRITON_PING_MODE", "ready"))
         #: Triton's logging settings (``--log-*``), which the logging extension changes live
         self.log_settings = LogSettings.from_settings(settings)
         self._frontends: NetworkFrontends | None = None
@@ -233,7 +239,8 @@ class Server:
     def endpoints(self) -> dict[str, str]:
         """``{"http": "127.0.0.1:8000", ...}`` for the front ends that are on."""
         options = self._frontend_options
-        addresses = {"http": options.http_address, "grpc": options.grpc_address, "metrics": options.metrics_address}
+        addresses = {"http": options.http_address, "grpc": options.grpc_address, "metrics": options.metrics_address,
+                     "sagemaker": options.sagemaker_address}
         ports = {} if self._frontends is None else self._frontends.ports
         return {name: f"{addresses[name]}:{port}" for name, port in ports.items()}
 
@@ -352,6 +359,20 @@ class Server:
             raise UnavailableError("the server is stopped")
         self._require_explicit("load")
         self._manager.load(name, config, files)
+
+    def register_model_repository(self, repository: str | os.PathLike[str],
+                                  mapping: dict[str, str] | None = None) -> list[str]:
+        """Serve another repository's models beside this server's, as Triton's
+        ``TRITONSERVER_ServerRegisterModelRepository`` (what SageMaker's multi-model endpoints use):
+        each model folder under its name, or the name ``mapping`` gives the folder. Nothing loads
+        until :meth:`load_model`. A name another repository serves is refused
+        (:class:`~triton_nb.errors.AlreadyExistsError`), as is a repository registered twice.
+        Returns the model names it brings."""
+        return self._manager.register_repository(Path(repository), mapping)
+
+    def unregister_model_repository(self, repository: str | os.PathLike[str]) -> None:
+        """Stop serving a registered repository's models; unload them first."""
+        self._manager.unregister_repository(Path(repository))
 
     def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
         """Unload every version of a model; queued requests are still answered. Unloading a model

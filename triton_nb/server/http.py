@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import (
     ForbiddenError,
@@ -66,12 +67,12 @@ from triton_nb.server.protocol import (
 )
 from triton_nb.server.request_codec import infer_request, parse_parameters, parse_version
 from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
-from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
+from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
-__all__ = ["HttpApp", "MetricsApp"]
+__all__ = ["HttpApp", "MetricsApp", "error_reply"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,12 @@ def _json(document: Any) -> _Reply:
 def _error_reply(error: BaseException) -> _Reply:
     status, _ = wire_status(error)
     return _Reply(status, orjson.dumps({"error": wire_message(error)}))
+
+
+def error_reply(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """``(status, body, headers)`` of the answer to ``error``, for the other HTTP applications."""
+    reply = _error_reply(error)
+    return reply.status, reply.body, reply.headers
 
 
 class HttpApp:
@@ -138,7 +145,11 @@ class HttpApp:
 
     # ------------------------------------------------------------------ routing
     def _check_restricted(self, scope: dict[str, Any]) -> None:
-        group = _api_group(scope["path"].removeprefix("/").split("/"))
+        self.check_restricted(_api_group(scope["path"].removeprefix("/").split("/")), scope)
+
+    def check_restricted(self, group: str | None, scope: dict[str, Any]) -> None:
+        """Refuse a request to a restricted API group (Triton's names) without its header; the
+        SageMaker routes are restricted by the same settings."""
         if group not in self._restricted:
             return
         key, value = self._restricted[group]
@@ -283,7 +294,12 @@ class HttpApp:
         return _Reply(200, b"", _JSON)
 
     # ------------------------------------------------------------------ bodies
-    async def _body(self, scope: dict[str, Any], receive: Receive) -> bytes:
+    async def read_body(self, scope: dict[str, Any], receive: Receive) -> bytes:
+        """A request's body, within the size limit, as sent (for the SageMaker routes, which take no
+        compression)."""
+        return await self._body(scope, receive, decompress=False)
+
+    async def _body(self, scope: dict[str, Any], receive: Receive, decompress: bool = True) -> bytes:
         limit = self._limits.max_request_bytes
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length")
@@ -303,7 +319,7 @@ class HttpApp:
             if not message.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        encoding = headers.get(b"content-encoding")
+        encoding = headers.get(b"content-encoding") if decompress else None
         if encoding is not None and encoding.strip().lower() != b"identity":
             body = _decompress(body, encoding.strip().lower(), limit)
         return body
@@ -323,34 +339,39 @@ class HttpApp:
         raise InvalidArgumentError(f"failed to parse the {what} JSON: {error}") from None
 
     # ------------------------------------------------------------------ inference
-    async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive) -> _Reply:
+    async def sagemaker_infer(self, model: str, scope: dict[str, Any], receive: Receive) -> _Reply:
+        """Inference as SageMaker's front end reads it (:mod:`triton_nb.server.sagemaker`): the JSON
+        header's size from the Content-Type, no compression either way."""
+        return await self._infer(model, -1, scope, receive, sagemaker=True)
+
+    async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive,
+                     sagemaker: bool = False) -> _Reply:
         # the model first, as Triton: a request to an unknown model is a 404 whatever its body
         config = self._server.input_config(model, version)
         if config.model_transaction_policy.decoupled:
             raise InvalidArgumentError(
                 f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
                 f"(use gRPC streaming)")
-        body = await self._body(scope, receive)
+        body = await self._body(scope, receive, decompress=not sagemaker)
         headers = dict(scope["headers"])
-        header_length = headers.get(b"inference-header-content-length")
-        if header_length is not None:
-            if not header_length.strip().isdigit():
-                raise InvalidArgumentError(
-                    f"model '{model}': Inference-Header-Content-Length must be a whole number of bytes >= 0, got "
-                    f"{header_length.decode(errors='replace')!r}")
-            if int(header_length) > len(body):
-                raise InvalidArgumentError(
-                    f"model '{model}': Inference-Header-Content-Length {int(header_length)} is larger than the "
-                    f"body ({len(body)} bytes)")
-            split = int(header_length)
-            document = self._parse_json(memoryview(body)[:split], "inference request")
-            binary = memoryview(body)[split:]
+        if sagemaker:
+            from triton_nb.server.sagemaker import sagemaker_header_length
+
+            split: int | None = sagemaker_header_length(model, headers, len(body))
         else:
-            document = self._parse_json(body, "inference request")
-            binary = memoryview(b"")
+            split = _header_length(model, headers, len(body))
         leases: list[SharedMemoryLease] = []  # filled only by a request that uses shared memory
         try:
-            request, binary_outputs, classes = self._decode(model, version, document, binary, leases)
+            if split == 0:  # a raw binary request: the body is the model's only input, as Triton reads it,
+                # answered with binary outputs, as Triton answers it
+                request, binary_outputs, classes = _raw_request(model, version, config, body), (True, {}), {}
+            else:
+                if split is None:
+                    document, binary = self._parse_json(body, "inference request"), memoryview(b"")
+                else:
+                    document = self._parse_json(memoryview(body)[:split], "inference request")
+                    binary = memoryview(body)[split:]
+                request, binary_outputs, classes = self._decode(model, version, document, binary, leases)
             future = self._server.infer_async(request)
             response: InferResponse = await asyncio.wrap_future(future)
             reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes,
@@ -358,7 +379,7 @@ class HttpApp:
         finally:
             for lease in leases:  # the regions stay mapped until the outputs are written
                 lease.release()
-        accept = headers.get(b"accept-encoding")
+        accept = None if sagemaker else headers.get(b"accept-encoding")
         if accept and reply.body:
             reply = _compress(reply, accept)
         return reply
@@ -488,6 +509,48 @@ class HttpApp:
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(len(header)).encode()),
         ])
+
+
+def _header_length(model: str, headers: dict[bytes, bytes], body_bytes: int) -> int | None:
+    """The JSON header's size from ``Inference-Header-Content-Length``; None without the header."""
+    header_length = headers.get(b"inference-header-content-length")
+    if header_length is None:
+        return None
+    if not header_length.strip().isdigit():
+        raise InvalidArgumentError(
+            f"model '{model}': Inference-Header-Content-Length must be a whole number of bytes >= 0, got "
+            f"{header_length.decode(errors='replace')!r}")
+    if int(header_length) > body_bytes:
+        raise InvalidArgumentError(
+            f"model '{model}': Inference-Header-Content-Length {int(header_length)} is larger than the "
+            f"body ({body_bytes} bytes)")
+    return int(header_length)
+
+
+def _raw_request(model: str, version: int, config: Any, body: bytes) -> InferRequest:
+    """A raw binary request (a JSON header of 0 bytes): the whole body is the model's only input,
+    one batch row of the config's shape, as Triton reads it."""
+    if len(config.input) != 1:
+        raise InvalidArgumentError(f"Raw request must only have 1 input (found 1) to be deduced but got "
+                                   f"{len(config.input)} inputs in '{model}' model configuration")
+    spec = config.input[0]
+    shape = ([1] if config.max_batch_size > 0 else []) + list(spec.dims)
+    dtype = triton_to_numpy_dtype(mc.DataType.Name(spec.data_type))
+    if dtype.kind == "O":  # the body is one element
+        array = np.empty(1, dtype=object)
+        array[0] = bytes(body)
+        return InferRequest(model, {spec.name: array.reshape([1] * max(len(shape), 1))}, model_version=version)
+    if shape.count(-1) == 1:  # one variable dim: as many as the body holds
+        row_bytes = int(np.prod([d for d in shape if d != -1])) * dtype.itemsize
+        if row_bytes and len(body) % row_bytes == 0:
+            shape[shape.index(-1)] = len(body) // row_bytes
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if -1 in shape or len(body) != expected:
+        raise InvalidArgumentError(f"input byte size mismatch for input '{spec.name}' for model '{model}'. "
+                                   f"Expected {'a whole number of rows' if -1 in shape else expected}, got "
+                                   f"{len(body)}")
+    array = np.frombuffer(body, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False)
+    return InferRequest(model, {spec.name: array.reshape(shape)}, model_version=version)
 
 
 def _api_group(parts: list[str]) -> str | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from triton_nb.backends.base import ServerHandle
 from triton_nb.backends.registry import BACKEND_MODEL_FILENAME, python_auto_complete, resolve_backend
-from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
+from triton_nb.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
 from triton_nb.repository.config import (
     ModelConfig,
     check_model_config,
@@ -152,6 +152,10 @@ class ModelManager:
         self._retiring: list[threading.Thread] = []
         # The config warnings of each model's last load (fields Triton ignores here), for status views.
         self.config_warnings: dict[str, list[str]] = {}
+        # Repositories registered beside the server's own (Triton's RegisterModelRepository): the model
+        # folder of each name they serve, and the names each brought
+        self._registered_folders: dict[str, Path] = {}
+        self._registered: dict[Path, list[str]] = {}
 
     def __del__(self) -> None:  # a forgotten server must not leak its temp folder
         if getattr(self, "_workdir", None) is not None:
@@ -265,6 +269,46 @@ class ModelManager:
                 index.append(entry)
         return index
 
+    # ------------------------------------------------------------------ registered repositories
+    def register_repository(self, repository: Path, mapping: dict[str, str] | None = None) -> list[str]:
+        """Serve the models of another repository beside the server's own, as Triton's
+        ``RegisterModelRepository``: each model folder under its folder's name, or under the name
+        ``mapping`` gives that folder. Nothing is loaded. Returns the names it brings.
+
+        Triton without model namespacing: a name that another repository already serves is
+        refused (409), as a repository registered twice is.
+        """
+        path = Path(repository).absolute()
+        if not path.is_dir():
+            raise InvalidArgumentError(f"failed to register '{repository}', repository not found")
+        mapping = dict(mapping or {})
+        with self.models_lock:
+            if path in self._registered:
+                raise AlreadyExistsError(f"model repository '{repository}' has already been registered")
+            folders = {mapping.get(folder.name, folder.name): folder for folder in sorted(path.iterdir())
+                       if is_model_folder(folder, auto_complete_config=self.auto_complete_config)}
+            for name in folders:
+                if name in self._registered_folders or (self.repository / name).is_dir():
+                    raise AlreadyExistsError(f"failed to register '{name}', there is a conflicting mapping for "
+                                             f"'{name}'")
+            self._registered[path] = list(folders)
+            self._registered_folders.update(folders)
+        return list(folders)
+
+    def unregister_repository(self, repository: Path) -> None:
+        """Stop serving a registered repository's models (the caller unloads them first)."""
+        path = Path(repository).absolute()
+        with self.models_lock:
+            names = self._registered.pop(path, None)
+            if names is None:
+                raise NotFoundError(f"failed to unregister '{repository}', repository not found")
+            for name in names:
+                self._registered_folders.pop(name, None)
+
+    def model_folder(self, name: str) -> Path:
+        """The folder model ``name`` is read from: a registered repository's, else the server's own."""
+        return self._registered_folders.get(name) or self.repository / name
+
     # ------------------------------------------------------------------ load / unload
     def load(self, name: str, config: str | dict[str, Any] | ModelConfig | None = None,
              files: dict[str, bytes | str] | None = None) -> None:
@@ -272,7 +316,7 @@ class ModelManager:
         swapped in when ready (see :meth:`triton_nb.server.core.Server.load_model`)."""
         if self._stopping:
             raise UnavailableError("the server is stopped")
-        source = self.repository / name
+        source = self.model_folder(name)
         if not files and (not source.is_dir() or (
                 config is None and not is_model_folder(source, auto_complete_config=self.auto_complete_config))):
             if source.is_dir() and not self.auto_complete_config:
@@ -359,6 +403,8 @@ class ModelManager:
     def _read_config(self, name: str, source: Path, override: Any) -> ModelConfig:
         if override is None:
             config = read_model_config(source, auto_complete_config=self.auto_complete_config)
+            if source.name != name and config.name in ("", source.name):
+                config.name = name  # a folder a registered repository maps to another name serves under it
         elif isinstance(override, ModelConfig):
             config = override
         else:
@@ -432,9 +478,9 @@ class ModelManager:
                     raise UnavailableError(
                         f"ensemble '{name}': composing model '{composing}' failed to load: {exc}") from None
             version = self.resolve(composing, -1)
-            entries[composing] = ModelEntry(composing, self.repository / composing, version.config,
+            entries[composing] = ModelEntry(composing, self.model_folder(composing), version.config,
                                             versions=[version.version])
-        entries[name] = ModelEntry(name, self.repository / name, config, versions=[1])
+        entries[name] = ModelEntry(name, self.model_folder(name), config, versions=[1])
         problems = [p for p in _check_ensemble(entries[name], RepositoryScan(self.repository, entries))
                     if p.severity == "error"]
         if problems:
@@ -465,7 +511,7 @@ class ModelManager:
         try:
             for group in config.instance_group:
                 for _ in range(group.count):
-                    add_instance(version, group, source, repository=self.repository, server=self._server,
+                    add_instance(version, group, source, repository=self.model_folder(name).parent, server=self._server,
                                  options=self.instance_options)
         except BaseException:
             self._retire_version(version, drain=False, wait=True)
@@ -531,7 +577,7 @@ class ModelManager:
                 except TritonNBError as exc:
                     log.warning("model '%s' failed to load: %s", name, exc)
         for name, model in known.items():
-            if name not in scan.models and model.versions:
+            if name not in scan.models and name not in self._registered_folders and model.versions:
                 changed.append(name)
                 self.unload(name)
         return changed

@@ -75,9 +75,14 @@ class FrontendOptions:
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_api: tuple[str, ...] = ()
     server_id: str = SERVER_NAME
+    # SageMaker's container contract (triton_nb.server.sagemaker) on a port of its own
+    sagemaker_port: int | None = None
+    sagemaker_address: str = "127.0.0.1"
+    sagemaker_default_model: str = ""
+    sagemaker_ping_mode: str = "ready"
 
     def __post_init__(self) -> None:
-        for name in ("http_port", "grpc_port", "metrics_port"):
+        for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port"):
             port = getattr(self, name)
             if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
                 raise InvalidArgumentError(f"{name} must be a port number 0..65535 (0 picks a free one), got {port!r}")
@@ -90,12 +95,15 @@ class FrontendOptions:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if self.sagemaker_ping_mode not in ("ready", "live"):
+            raise InvalidArgumentError(f"SAGEMAKER_TRITON_PING_MODE must be 'ready' or 'live', got "
+                                       f"{self.sagemaker_ping_mode!r}")
         parse_restricted_api(self.http_restricted_api, "http_restricted_api")  # refused now, not at start
         parse_restricted_api(self.grpc_restricted_api, "grpc_restricted_api")
 
     @property
     def enabled(self) -> bool:
-        return any(p is not None for p in (self.http_port, self.grpc_port, self.metrics_port))
+        return any(p is not None for p in (self.http_port, self.grpc_port, self.metrics_port, self.sagemaker_port))
 
 
 def _is_loopback(address: str) -> bool:
@@ -165,6 +173,8 @@ class NetworkFrontends:
                 sockets["http"] = _bind(options.http_address, options.http_port, "HTTP service")
             if options.metrics_port is not None:
                 sockets["metrics"] = _bind(options.metrics_address, options.metrics_port, "metrics service")
+            if options.sagemaker_port is not None:
+                sockets["sagemaker"] = _bind(options.sagemaker_address, options.sagemaker_port, "SageMaker service")
         except BaseException:
             for sock in sockets.values():
                 sock.close()
@@ -225,8 +235,13 @@ class NetworkFrontends:
         options = self.options
         limits = self._limits
         restricted = parse_restricted_api(options.http_restricted_api, "http_restricted_api")
-        apps = {"http": HttpApp(self._server, limits, self.log_settings, restricted, server_id=self.options.server_id),
-                "metrics": MetricsApp(self._server)}
+        http = HttpApp(self._server, limits, self.log_settings, restricted, server_id=self.options.server_id)
+        apps = {"http": http, "metrics": MetricsApp(self._server)}
+        if "sagemaker" in sockets:
+            from triton_nb.server.sagemaker import SageMakerApp
+
+            apps["sagemaker"] = SageMakerApp(self._server, http, default_model=options.sagemaker_default_model,
+                                             ping_mode=options.sagemaker_ping_mode)
         sweepers = []
         for name, sock in sockets.items():
             config = uvicorn.Config(

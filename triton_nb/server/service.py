@@ -16,6 +16,7 @@ says otherwise.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,6 +89,13 @@ class InferenceService(Protocol):
 
     def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
         """Unload every version of a model, as Triton's repository unload API."""
+
+    def register_model_repository(self, repository: str | os.PathLike[str],
+                                  mapping: dict[str, str] | None = None) -> list[str]:
+        """Serve another repository's models beside the server's own (names mapped per folder)."""
+
+    def unregister_model_repository(self, repository: str | os.PathLike[str]) -> None:
+        """Stop serving a registered repository's models."""
 
     def update_batching(self, name: str, version: int = -1, **knobs: Any) -> dict[str, Any]:
         """Change batching knobs and instance count of a serving model live; returns those in force."""

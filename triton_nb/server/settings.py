@@ -198,6 +198,16 @@ class ServerSettings:
     server_id: str = _setting(
         "triton_nb", """The server's name in its metadata (``GET /v2``, gRPC ``ServerMetadata``), as tritonserver's
         ``--id``.""", flag="--id", group="Server", metavar="NAME")
+    allow_sagemaker: bool = _setting(
+        False, """Serve SageMaker's container contract (``GET /ping``, ``POST /invocations`` and the SageMaker
+        runtime route boto3 calls) on ``sagemaker_port``, as ``tritonserver --allow-sagemaker=true`` does
+        in SageMaker's Triton container (see the SageMaker guide). As there, the model ``/invocations``
+        serves is the environment's ``SAGEMAKER_TRITON_DEFAULT_MODEL_NAME`` and ``/ping`` answers
+        readiness, or liveness with ``SAGEMAKER_TRITON_PING_MODE=live``.""",
+        flag="--allow-sagemaker", group="SageMaker and Vertex AI")
+    sagemaker_port: int = _setting(
+        8080, """The port of the SageMaker contract (0 picks a free one), on ``http_address``; used with
+        ``allow_sagemaker``.""", flag="--sagemaker-port", group="SageMaker and Vertex AI", parse="port")
     exit_on_error: bool = _setting(
         False, """Fail the start when a model fails to load, naming it, as tritonserver's ``--exit-on-error``:
         :meth:`~triton_nb.InferenceServer.start` raises and ``triton-nb serve`` exits with status 1. In
@@ -254,7 +264,7 @@ class ServerSettings:
             store(name, _strings(name, getattr(self, name)))
         if not _number(self.repository_poll_secs) or self.repository_poll_secs <= 0:
             raise InvalidArgumentError(f"repository_poll_secs must be > 0, got {self.repository_poll_secs}")
-        for name in ("http_port", "grpc_port", "metrics_port"):
+        for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port"):
             port = getattr(self, name)
             if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
                 raise InvalidArgumentError(f"{name} must be a port number 0..65535 (0 picks a free one), got {port!r}")
@@ -293,7 +303,7 @@ class ServerSettings:
 
             parse_backend_config(self.backend_config)  # a malformed or bad value names itself now
         for name in ("network_model_control", "disable_auto_complete_config", "freeze_gc", "cpu_metrics",
-                     "exit_on_error", "strict_readiness", "log_info", "log_warning", "log_error"):
+                     "exit_on_error", "strict_readiness", "log_info", "log_warning", "log_error", "allow_sagemaker"):
             store(name, bool(getattr(self, name)))
         if self.cache_size_bytes is not None:
             if isinstance(self.cache_size_bytes, bool) or int(self.cache_size_bytes) < 0:

@@ -1,0 +1,369 @@
+"""SageMaker's container contract, as Triton's SageMaker front end answers it.
+
+Inside SageMaker's Triton container, ``tritonserver --allow-sagemaker=true`` serves SageMaker's
+contract on ``--sagemaker-port`` (Triton's ``src/sagemaker_server.cc``). :class:`SageMakerApp`
+answers the same routes, so the code a user writes against a SageMaker endpoint can be tried
+against the notebook first:
+
+* ``GET /ping`` — 200 when the server is ready (or live, as ``SAGEMAKER_TRITON_PING_MODE`` says),
+  400 otherwise; no body;
+* ``POST /invocations`` — inference on the default model (``SAGEMAKER_TRITON_DEFAULT_MODEL_NAME``):
+  a KServe v2 JSON body whatever the Content-Type, or, with the Content-Type
+  ``application/vnd.sagemaker-triton.binary+json;json-header-size=N``, a JSON header of ``N``
+  bytes followed by binary tensors. The answer is JSON (``application/json``) or, when any output
+  is binary, binary+json with its own header size in the Content-Type. Compression is not part of
+  SageMaker's contract: Content-Encoding and Accept-Encoding are ignored, as Triton ignores them
+  there. A header size of 0 (or an empty body) makes the whole body the raw bytes of the model's
+  only input, as Triton reads it;
+* multi-model endpoints: ``POST /models`` (``{"model_name": ..., "url": ...}``) registers the
+  repository at ``url`` and loads its model — the ensemble when it holds one — under the name the
+  ``X-Amzn-SageMaker-Target-Model`` header gives (else ``model_name``); ``GET /models``,
+  ``GET /models/<name>``, ``POST /models/<name>/invoke`` and ``DELETE /models/<name>`` list, show,
+  invoke and unload, with Triton's statuses (409 for a repository or name registered already, 404
+  for a model not loaded, 507 for a load that ran out of memory, 400 for other failures). Loading
+  runs a repository's code, so it is a model-repository call: allowed only where the server allows
+  network loads (``network_model_control``), and restricted by ``http_restricted_api`` as Triton
+  restricts it;
+* any other route answers 400 with no body, a wrong method 405.
+
+Beyond Triton, ``POST /endpoints/<EndpointName>/invocations`` — the SageMaker runtime API route
+that boto3's ``invoke_endpoint`` calls — is answered as ``/invocations``, with the Content-Type
+boto3 returns as ``response["ContentType"]`` and failures wrapped as SageMaker wraps a container's
+failure (424 ``ModelError`` with ``OriginalStatusCode`` and ``OriginalMessage``), so the sample's
+client code runs unchanged with ``endpoint_url=``. Its request signature is not checked: any
+credentials do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from triton_nb.errors import (
+    InvalidArgumentError,
+    MethodNotAllowedError,
+    TritonNBError,
+    wire_message,
+    wire_status,
+)
+
+if TYPE_CHECKING:
+    from triton_nb.server.http import HttpApp, Receive, Send
+    from triton_nb.server.service import InferenceService
+
+__all__ = ["BINARY_JSON_CONTENT_TYPE", "PING_MODES", "SageMakerApp", "is_out_of_memory", "sagemaker_header_length"]
+
+log = logging.getLogger(__name__)
+
+# The Content-Type of a binary+json body, followed by the JSON header's size in bytes.
+BINARY_JSON_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+_BINARY_JSON = BINARY_JSON_CONTENT_TYPE.encode("latin-1")
+PING_MODES = ("ready", "live")
+_INT32_MAX = 2**31 - 1
+# The header boto3 sends for a multi-model endpoint's target (TargetModel=...).
+TARGET_MODEL_HEADER = b"x-amzn-sagemaker-target-model"
+# What Triton's SageMaker front end takes for an out-of-memory load or inference (answered 507, so
+# SageMaker unloads other models and retries), from SageMakerMMECheckOOMError
+_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA_OUT_OF_MEMORY", "Out of memory", "Out Of Memory", "out of memory",
+                  "MemoryError", "OutOfMemory", "OOM", "Dst tensor is not initialized",
+                  "Src tensor is not initialized", "CNMEM_STATUS_OUT_OF_MEMORY", "CUDNN_STATUS_NOT_INITIALIZED",
+                  "CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED", "Failed to allocate memory",
+                  "failed to allocate memory", "No space left on device")
+_ENSEMBLE_PLATFORM = re.compile(r'platform:\s*"ensemble"')
+_SYSTEM_FOLDERS = ("/dev/", "/proc/", "/sys/")
+
+
+def is_out_of_memory(message: str) -> bool:
+    """Whether a failure reads as running out of memory, by Triton's list of such messages."""
+    return any(words in message for words in _OUT_OF_MEMORY)
+
+
+def _leading_int(text: str) -> int | None:
+    """The integer at the start of ``text`` as C++'s ``std::stoi`` reads it (leading blanks, a
+    sign, digits; the rest ignored), or None when there is none."""
+    stripped = text.lstrip(" \t\n\r\f\v")
+    end = 1 if stripped[:1] in ("+", "-") else 0
+    while end < len(stripped) and stripped[end].isascii() and stripped[end].isdigit():
+        end += 1
+    digits = stripped[:end]
+    return int(digits) if digits.lstrip("+-") else None
+
+
+def sagemaker_header_length(model: str, headers: dict[bytes, bytes], body_bytes: int) -> int:
+    """The JSON header's size of a SageMaker inference body: the size the binary+json Content-Type
+    names, else the whole body (a JSON body, whatever its Content-Type). Errors in Triton's words
+    (``SagemakerAPIServer::GetInferenceHeaderLength``)."""
+    content_type = headers.get(b"content-type")
+    if content_type is None or _BINARY_JSON not in content_type:
+        return body_bytes
+    text = content_type.decode("latin-1")
+    if not content_type.startswith(_BINARY_JSON):
+        raise InvalidArgumentError(f"expect MIME type for binary data starts with '{BINARY_JSON_CONTENT_TYPE}', "
+                                   f"got: {text}")
+    size_text = text[len(BINARY_JSON_CONTENT_TYPE):]
+    size = _leading_int(size_text)
+    # Triton 2.51 read the size with atoi (so "abc" meant 0); the current server refuses it so
+    if size is None:
+        raise InvalidArgumentError(f"Unable to parse inference header size, got: {size_text}")
+    if not -_INT32_MAX - 1 <= size <= _INT32_MAX:
+        raise InvalidArgumentError(f"Unable to parse inference header size, value is out of range, got: {size_text}")
+    if size < 0 or size > body_bytes:
+        raise InvalidArgumentError(f"inference header size should be in range (0, {body_bytes}), got: {size_text}")
+    return size
+
+
+def sagemaker_reply_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An HTTP inference answer's headers as SageMaker's front end sends them: binary outputs make
+    a binary+json Content-Type carrying the JSON header's size (in place of
+    ``Inference-Header-Content-Length``); anything else is ``application/json``."""
+    size = next((value for key, value in headers if key == b"inference-header-content-length"), None)
+    content_type = b"application/json" if size is None else _BINARY_JSON + size
+    return [(b"content-type", content_type)]
+
+
+class SageMakerApp:
+    """The ASGI application of SageMaker's container contract over one server.
+
+    Inference goes through the server's HTTP application (``http``), so a request decodes and an
+    answer encodes exactly as on ``/v2/models/<name>/infer``; this class maps the routes, the
+    header size and the content types.
+    """
+
+    def __init__(self, server: InferenceService, http: HttpApp, *, default_model: str,
+                 ping_mode: str = "ready") -> None:
+        if ping_mode not in PING_MODES:
+            raise InvalidArgumentError(f"SAGEMAKER_TRITON_PING_MODE must be one of {', '.join(PING_MODES)}, "
+                                       f"got {ping_mode!r}")
+        self._server = server
+        self._http = http
+        self.default_model = default_model
+        self.ping_mode = ping_mode
+        # multi-model endpoints: model_name (SageMaker's hash) -> (the name it serves under, its repository)
+        self._loaded: dict[str, tuple[str, Path]] = {}
+        self._loaded_lock = threading.Lock()
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        from triton_nb.server.http import error_reply
+
+        if scope["type"] != "http":
+            return
+        try:
+            status, body, headers = await self._dispatch(scope, receive)
+        except Exception as error:  # every failure is an answer, never a dropped connection
+            if not isinstance(error, TritonNBError):
+                log.exception("SageMaker %s %s failed", scope["method"], scope["path"])
+            status, body, headers = error_reply(error)
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _dispatch(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
+        method, path = scope["method"], scope["path"]
+        if path == "/ping":
+            _allow(method, "GET")
+            ok = self._server.is_server_ready() if self.ping_mode == "ready" else self._server.is_server_live()
+            return (200 if ok else 400), b"", []
+        if path == "/invocations":
+            _allow(method, "POST")
+            return await self._invoke(self.default_model, scope, receive)
+        parts = path.split("/")
+        if len(parts) == 4 and parts[1] == "endpoints" and parts[2] and parts[3] == "invocations":
+            _allow(method, "POST")
+            return await self._runtime_invoke(scope, receive)
+        # Triton's pattern: /models, /models/, /models/<name>, /models/<name>/invoke
+        if parts[1] == "models" and len(parts) <= 4:
+            name = parts[2] if len(parts) > 2 else ""
+            action = parts[3] if len(parts) == 4 else ""
+            if (len(parts) < 4 or (name and action == "invoke")):
+                return await self._models_route(method, name, action, scope, receive)
+        # Triton's answer to a route it does not know: 400, no body
+        return 400, b"", []
+
+    # ------------------------------------------------------------------ multi-model endpoints
+    async def _models_route(self, method: str, name: str, action: str, scope: dict[str, Any],
+                            receive: Receive) -> tuple[int, bytes, list]:
+        if method == "GET":  # Triton's route matches GET .../invoke as GET of the model
+            self._http.check_restricted("model-repository", scope)
+            return self._show(name) if name else self._list()
+        if method == "POST" and action == "invoke":
+            return await self._invoke_loaded(name, scope, receive)
+        if method == "POST" and not name:
+            self._http.check_restricted("model-repository", scope)
+            return await self._load(scope, receive)
+        if method == "DELETE" and name:
+            self._http.check_restricted("model-repository", scope)
+            return await self._unload(name, scope)
+        return 400, b"", []
+
+    def _list(self) -> tuple[int, bytes, list]:
+        with self._loaded_lock:
+            loaded = list(self._loaded.items())
+        # Triton 2.51 asks readiness of the hash, not of the model it loaded, and so lists an empty
+        # object for every model; here each ready model is listed as the contract describes
+        models = [{"modelName": hash_name, "modelUrl": str(repository)} for hash_name, (served, repository)
+                  in loaded if self._server.is_model_ready(served)]
+        return 200, orjson.dumps({"models": models}), _JSON
+
+    def _show(self, name: str) -> tuple[int, bytes, list]:
+        with self._loaded_lock:
+            entry = self._loaded.get(name)
+        if entry is None:
+            return 404, b"", []
+        return 200, orjson.dumps({"modelName": name, "modelUrl": str(entry[1])}), _JSON
+
+    async def _load(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
+        body = await self._http.read_body(scope, receive)
+        try:
+            document = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            # Triton 2.51 answers 400 and then aborts on the missing key; here the server serves on
+            raise InvalidArgumentError(f"failed to parse the load model request JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise InvalidArgumentError("the load model request must be a JSON object with 'model_name' and 'url'")
+        hash_name, url = document.get("model_name", ""), document.get("url")
+        if not isinstance(hash_name, str) or not isinstance(url, str) or not url:
+            raise InvalidArgumentError("the load model request needs 'model_name' and 'url' strings ('url': the "
+                                       "model repository folder to load)")
+        target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
+        served = target.decode("utf-8", "replace") if target else hash_name
+        if not served:
+            raise InvalidArgumentError("the load model request names no model: give 'model_name' or the "
+                                       "X-Amzn-SageMaker-Target-Model header")
+        repository, folder = _model_location(url)
+        self._server.check_network_model_control(served, "load")
+        loop = asyncio.get_running_loop()
+        # registering and loading run a model's initialize(): seconds, so off the front ends' loop
+        await loop.run_in_executor(None, lambda: self._server.register_model_repository(
+            repository, {folder: served}))
+        try:
+            await loop.run_in_executor(None, lambda: self._server.load_model(served))
+        except Exception as error:
+            await loop.run_in_executor(None, lambda: self._server.unregister_model_repository(repository))
+            log.warning("SageMaker load of '%s' from %s failed: %s", served, url, error)
+            return _load_failure(error)
+        with self._loaded_lock:
+            self._loaded[hash_name] = (served, repository)
+        log.info("SageMaker loaded TargetModel '%s' (model_name '%s') from %s", served, hash_name, url)
+        return 200, b"", []
+
+    async def _unload(self, name: str, scope: dict[str, Any]) -> tuple[int, bytes, list]:
+        with self._loaded_lock:
+            entry = self._loaded.get(name)
+        if entry is None:
+            return 404, b"", []
+        served, repository = entry
+        self._server.check_network_model_control(served, "unload")
+        loop = asyncio.get_running_loop()
+        # Triton unloads the model and its dependents (an ensemble's steps), then unregisters
+        await loop.run_in_executor(None, lambda: self._server.unload_model(served, unload_dependents=True))
+        for step in self._composing_models(repository, served):
+            await loop.run_in_executor(None, lambda step=step: self._server.unload_model(step))
+        await loop.run_in_executor(None, lambda: self._server.unregister_model_repository(repository))
+        with self._loaded_lock:
+            self._loaded.pop(name, None)
+        return 200, b"", []
+
+    def _composing_models(self, repository: Path, served: str) -> list[str]:
+        """The other models a registered repository brought (an ensemble's steps), to unload with it."""
+        return [folder.name for folder in sorted(repository.iterdir())
+                if folder.is_dir() and (folder / "config.pbtxt").is_file() and folder.name != served
+                and self._server.is_model_ready(folder.name)]
+
+    async def _invoke_loaded(self, name: str, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
+        self._http.check_restricted("inference", scope)
+        with self._loaded_lock:
+            known = name in self._loaded
+        if not known:
+            return 404, b"", []
+        target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
+        model = target.decode("utf-8", "replace") if target else name
+        try:
+            return await self._invoke(model, scope, receive)
+        except Exception as error:
+            # the multi-model invoke answers every failure 400, or 507 when memory ran out
+            if not isinstance(error, TritonNBError):
+                log.exception("SageMaker invoke of '%s' failed", model)
+            message = wire_message(error)
+            status = 507 if is_out_of_memory(message) else 400
+            return status, orjson.dumps({"error": message}), _JSON
+
+    async def _invoke(self, model: str, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
+        reply = await self._http.sagemaker_infer(model, scope, receive)
+        return reply.status, reply.body, sagemaker_reply_headers(reply.headers)
+
+    async def _runtime_invoke(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
+        """``invoke_endpoint`` as the SageMaker runtime answers it: the container's answer, or its
+        failure wrapped as a ``ModelError`` (424), which boto3 raises as
+        ``client.exceptions.ModelError``."""
+        from triton_nb.server.http import error_reply
+
+        try:
+            status, body, headers = await self._invoke(self.default_model, scope, receive)
+        except Exception as error:
+            if not isinstance(error, TritonNBError):
+                log.exception("SageMaker runtime invocation failed")
+            status, body, headers = error_reply(error)
+        if status == 200:
+            return status, body, headers
+        try:
+            original = orjson.loads(body).get("error", "") if body else ""
+        except (orjson.JSONDecodeError, AttributeError):
+            original = body.decode("utf-8", "replace")
+        kind = "client" if 400 <= status < 500 else "server"
+        document = {
+            "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL",
+            "LogStreamArn": "",
+            "OriginalMessage": original,
+            "OriginalStatusCode": status,
+            "message": f"Received {kind} error ({status}) from primary with message \"{original}\". See the "
+                       f"server's log for more information.",
+        }
+        return 424, orjson.dumps(document), [(b"content-type", b"application/json"),
+                                             (b"x-amzn-errortype", b"ModelError")]
+
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+def _model_location(url: str) -> tuple[Path, str]:
+    """``(repository, model folder)`` of a load's ``url``: a model folder (``config.pbtxt`` at its
+    root) is served from its parent; a repository serves its ensemble, or its only model."""
+    path = Path(os.path.normpath(os.path.abspath(url)))
+    if any(str(path).startswith(folder) or f"{path}/" == folder for folder in _SYSTEM_FOLDERS):
+        raise InvalidArgumentError(f"Invalid URL: {url}. \"url\" property value cannot start with /dev/, /proc/, "
+                                   f"or /sys/.")
+    if not path.is_dir():
+        raise InvalidArgumentError(f"failed to register '{url}', repository not found")
+    if (path / "config.pbtxt").is_file():
+        return path.parent, path.name
+    folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    ensembles = [p.name for p in folders if (p / "config.pbtxt").is_file()
+                 and _ENSEMBLE_PLATFORM.search((p / "config.pbtxt").read_text(encoding="utf-8", errors="replace"))]
+    if ensembles:
+        return path, ensembles[0]
+    if len(folders) == 1:
+        return path, folders[0].name
+    # Triton takes whichever folder its directory listing gives last; naming the choice is kinder
+    raise InvalidArgumentError(f"'{url}' holds {len(folders)} model folders and no ensemble: give the url of one "
+                               f"model folder, or add an ensemble")
+
+
+def _load_failure(error: BaseException) -> tuple[int, bytes, list]:
+    """A failed multi-model load as Triton answers it: 409 for a name taken, 507 for memory, else 400."""
+    message = wire_message(error)
+    status, _ = wire_status(error)
+    if status != 409:
+        status = 507 if is_out_of_memory(message) else 400
+    return status, orjson.dumps({"error": message}), _JSON
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise MethodNotAllowedError("Method Not Allowed")
