@@ -18,7 +18,7 @@ from triton_nb.repository.config import CONFIG_FILENAME, is_ensemble
 from triton_nb.repository.layout import scan_repository
 from triton_nb.repository.validate import errors_only, validate_repository
 
-__all__ = ["DEFAULT_MODEL_ENV", "SageMakerPackage", "package_for_sagemaker"]
+__all__ = ["DEFAULT_MODEL_ENV", "SageMakerPackage", "package_for_sagemaker", "unpack_model_archive"]
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 
@@ -91,3 +91,26 @@ def package_for_sagemaker(
 
 def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if "__pycache__" in Path(info.name).parts else info
+
+
+def unpack_model_archive(archive: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
+    """Unpack a ``model.tar.gz`` into ``destination`` (created), as SageMaker unpacks one into the
+    container's model repository; returns ``destination``. Members that would land outside it
+    (absolute paths, ``..``, links pointing out) or that are not files and folders are refused,
+    naming the member."""
+    source, target = Path(archive), Path(destination)
+    if not tarfile.is_tarfile(source):
+        raise InvalidArgumentError(f"{source} is not a tar archive (SageMaker's model data is a model.tar.gz)")
+    target.mkdir(parents=True, exist_ok=True)
+    root = target.resolve()
+    with tarfile.open(source) as bundle:
+        members = bundle.getmembers()
+        for member in members:
+            landing = (root / member.name).resolve()
+            if not (member.isfile() or member.isdir()) or (landing != root and root not in landing.parents):
+                raise InvalidArgumentError(f"{source}: member '{member.name}' is not a file or folder inside the "
+                                           f"archive; refusing to unpack it")
+        # every member was checked above; Python's own "data" filter checks again where it has one
+        options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        bundle.extractall(root, members=members, **options)
+    return target

@@ -115,7 +115,8 @@ class Server:
             sagemaker_address=settings.http_address,
             sagemaker_default_model=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME",
                                                    "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
-            sagemaker_ping_mode=os.environ.get("SAGEMAKER_TRITON_PING_MODE", "ready"))
+            sagemaker_ping_mode=os.environ.get("SAGEMAKER_TRITON_PING_MODE", "ready"),
+            sagemaker_model_data=str(self.repository.absolute()))
         #: Triton's logging settings (``--log-*``), which the logging extension changes live
         self.log_settings = LogSettings.from_settings(settings)
         self._frontends: NetworkFrontends | None = None

@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
@@ -80,6 +81,7 @@ class FrontendOptions:
     sagemaker_address: str = "127.0.0.1"
     sagemaker_default_model: str = ""
     sagemaker_ping_mode: str = "ready"
+    sagemaker_model_data: str = ""  # the runtime route's TargetModel folder (the server's repository)
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port"):
@@ -241,7 +243,9 @@ class NetworkFrontends:
             from triton_nb.server.sagemaker import SageMakerApp
 
             apps["sagemaker"] = SageMakerApp(self._server, http, default_model=options.sagemaker_default_model,
-                                             ping_mode=options.sagemaker_ping_mode)
+                                             ping_mode=options.sagemaker_ping_mode,
+                                             model_data=Path(options.sagemaker_model_data)
+                                             if options.sagemaker_model_data else None)
         sweepers = []
         for name, sock in sockets.items():
             config = uvicorn.Config(

@@ -27,19 +27,26 @@ against the notebook first:
 * any other route answers 400 with no body, a wrong method 405.
 
 Beyond Triton, ``POST /endpoints/<EndpointName>/invocations`` — the SageMaker runtime API route
-that boto3's ``invoke_endpoint`` calls — is answered as ``/invocations``, with the Content-Type
-boto3 returns as ``response["ContentType"]`` and failures wrapped as SageMaker wraps a container's
-failure (424 ``ModelError`` with ``OriginalStatusCode`` and ``OriginalMessage``), so the sample's
-client code runs unchanged with ``endpoint_url=``. Its request signature is not checked: any
+that boto3's ``invoke_endpoint`` calls — is answered as SageMaker answers it, so the sample's client
+code runs unchanged with ``endpoint_url=``: without ``TargetModel`` as ``/invocations``; with one
+(a multi-model endpoint) as that model's ``/models/<hash>/invoke``, loading it first when it is
+not loaded yet, as SageMaker does — from the server's model repository folder, which plays the
+S3 prefix: ``TargetModel="model-cpu.tar.gz"`` is the archive ``<repository>/model-cpu.tar.gz``
+(unpacked into a temporary folder) or a folder of that name. The Content-Type of the answer is what
+boto3 returns as ``response["ContentType"]``; a failure comes back wrapped as SageMaker wraps a
+container's (424 ``ModelError`` with ``OriginalStatusCode`` and ``OriginalMessage``), a target
+that is not there as a ``ValidationError``. The request's signature is not checked: any
 credentials do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
+import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,7 +144,7 @@ class SageMakerApp:
     """
 
     def __init__(self, server: InferenceService, http: HttpApp, *, default_model: str,
-                 ping_mode: str = "ready") -> None:
+                 ping_mode: str = "ready", model_data: Path | None = None) -> None:
         if ping_mode not in PING_MODES:
             raise InvalidArgumentError(f"SAGEMAKER_TRITON_PING_MODE must be one of {', '.join(PING_MODES)}, "
                                        f"got {ping_mode!r}")
@@ -148,6 +155,10 @@ class SageMakerApp:
         # multi-model endpoints: model_name (SageMaker's hash) -> (the name it serves under, its repository)
         self._loaded: dict[str, tuple[str, Path]] = {}
         self._loaded_lock = threading.Lock()
+        # the runtime route's stand-in for the endpoint's S3 prefix, and where its archives unpack
+        self._model_data = model_data
+        self._unpacked: tempfile.TemporaryDirectory[str] | None = None
+        self._target_locks: dict[str, asyncio.Lock] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         from triton_nb.server.http import error_reply
@@ -185,6 +196,43 @@ class SageMakerApp:
                 return await self._models_route(method, name, action, scope, receive)
         # Triton's answer to a route it does not know: 400, no body
         return 400, b"", []
+
+    async def _ensure_loaded(self, target: str) -> str:
+        """The hash a runtime call's ``TargetModel`` is loaded under, loading it from the model
+        data folder first if need be (SageMaker downloads it from the endpoint's S3 prefix)."""
+        hash_name = hashlib.md5(target.encode("utf-8")).hexdigest()  # a name, not a secret
+        lock = self._target_locks.setdefault(target, asyncio.Lock())
+        async with lock:  # one load per target, however many calls arrive before it is done
+            with self._loaded_lock:
+                if hash_name in self._loaded:
+                    return hash_name
+            source = self._model_source(target)
+            url = source
+            if source.is_file():
+                from triton_nb.repository.sagemaker import unpack_model_archive
+
+                if self._unpacked is None:
+                    self._unpacked = tempfile.TemporaryDirectory(prefix="triton-nb-sagemaker-")
+                into = Path(self._unpacked.name) / hash_name / "model"
+                url = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: unpack_model_archive(source, into))
+            status, body, _ = await self._register_and_load(hash_name, target, str(url))
+            if status != 200:
+                message = orjson.loads(body).get("error", "") if body else ""
+                raise _ValidationError(f"Failed to load model '{target}' (status {status}): {message}")
+        return hash_name
+
+    def _model_source(self, target: str) -> Path:
+        if self._model_data is None:
+            raise _ValidationError(f"TargetModel '{target}': this endpoint serves no multi-model data")
+        if "/" in target or "\\" in target or target in ("", ".", ".."):
+            raise _ValidationError(f"TargetModel '{target}' must name a file or folder of the model data, not a "
+                                   f"path")
+        source = self._model_data / target
+        if not source.exists():
+            raise _ValidationError(f"Could not find model data for TargetModel '{target}' (looked for "
+                                   f"{source})")
+        return source
 
     # ------------------------------------------------------------------ multi-model endpoints
     async def _models_route(self, method: str, name: str, action: str, scope: dict[str, Any],
@@ -236,8 +284,13 @@ class SageMakerApp:
         if not served:
             raise InvalidArgumentError("the load model request names no model: give 'model_name' or the "
                                        "X-Amzn-SageMaker-Target-Model header")
-        repository, folder = _model_location(url)
         self._server.check_network_model_control(served, "load")
+        return await self._register_and_load(hash_name, served, url)
+
+    async def _register_and_load(self, hash_name: str, served: str, url: str) -> tuple[int, bytes, list]:
+        """Triton's multi-model load: register the repository at ``url`` with its model mapped to
+        ``served``, load it, and remember it under ``hash_name``; undone if the load fails."""
+        repository, folder = _model_location(url)
         loop = asyncio.get_running_loop()
         # registering and loading run a model's initialize(): seconds, so off the front ends' loop
         await loop.run_in_executor(None, lambda: self._server.register_model_repository(
@@ -304,8 +357,16 @@ class SageMakerApp:
         ``client.exceptions.ModelError``."""
         from triton_nb.server.http import error_reply
 
+        target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
         try:
-            status, body, headers = await self._invoke(self.default_model, scope, receive)
+            if target:
+                hash_name = await self._ensure_loaded(target.decode("utf-8", "replace"))
+                status, body, headers = await self._invoke_loaded(hash_name, scope, receive)
+            else:
+                status, body, headers = await self._invoke(self.default_model, scope, receive)
+        except _ValidationError as error:
+            return 400, orjson.dumps({"message": str(error)}), [(b"content-type", b"application/json"),
+                                                                 (b"x-amzn-errortype", b"ValidationError")]
         except Exception as error:
             if not isinstance(error, TritonNBError):
                 log.exception("SageMaker runtime invocation failed")
@@ -362,6 +423,10 @@ def _load_failure(error: BaseException) -> tuple[int, bytes, list]:
     if status != 409:
         status = 507 if is_out_of_memory(message) else 400
     return status, orjson.dumps({"error": message}), _JSON
+
+
+class _ValidationError(Exception):
+    """A runtime call SageMaker itself refuses (answered 400 ``ValidationError``)."""
 
 
 def _allow(method: str, allowed: str) -> None:
