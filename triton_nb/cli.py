@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -854,9 +855,116 @@ def _generate(args: argparse.Namespace) -> None:
     print(f"wrote {len(frame):,} transactions to {path}")
 
 
+# SageMaker's container start script (Triton's docker/sagemaker/serve): the environment variables it
+# turns into tritonserver flags when they are set
+_SAGEMAKER_FLAG_VARIABLES = {
+    "SAGEMAKER_BIND_TO_PORT": "--sagemaker-port",
+    "SAGEMAKER_SAFE_PORT_RANGE": "--sagemaker-safe-port-range",
+    "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "--model-namespacing",
+    "SAGEMAKER_TRITON_ALLOW_GRPC": "--allow-grpc",
+    "SAGEMAKER_TRITON_ALLOW_METRICS": "--allow-metrics",
+    "SAGEMAKER_TRITON_METRICS_PORT": "--metrics-port",
+    "SAGEMAKER_TRITON_GRPC_PORT": "--grpc-port",
+    "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "--buffer-manager-thread-count",
+    "SAGEMAKER_TRITON_THREAD_COUNT": "--sagemaker-thread-count",
+    "SAGEMAKER_TRITON_LOG_VERBOSE": "--log-verbose",
+    "SAGEMAKER_TRITON_LOG_INFO": "--log-info",
+    "SAGEMAKER_TRITON_LOG_WARNING": "--log-warning",
+    "SAGEMAKER_TRITON_LOG_ERROR": "--log-error",
+    "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "--backend-config=python,shm-default-byte-size",
+    "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "--backend-config=python,shm-growth-byte-size",
+    "SAGEMAKER_TRITON_TENSORFLOW_VERSION": "--backend-config=tensorflow,version",
+}
+
+
+def _sagemaker_start(argv: list[str], environ: MutableMapping[str, str]) -> list[str]:
+    """``triton-nb serve --allow-sagemaker=true`` started as SageMaker's container starts tritonserver:
+    the flags its start script makes of the ``SAGEMAKER_*`` variables go first, so a flag given on
+    the command line wins; the default model (the only model folder, when none is named) and the
+    ping mode are exported as the script exports them. ``environ`` is updated in place."""
+    derived = [f"{flag}={environ[name]}" for name, flag in _SAGEMAKER_FLAG_VARIABLES.items() if environ.get(name)]
+    derived += environ.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", "").split()
+    multi_model = environ.get("SAGEMAKER_MULTI_MODEL") == "true"
+    environ["SAGEMAKER_TRITON_PING_MODE"] = environ.get("SAGEMAKER_TRITON_OVERRIDE_PING_MODE") or (
+        "live" if multi_model else "ready")
+    inference_type = environ.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer")
+    if inference_type != "infer":
+        raise TritonNBError(f"SAGEMAKER_TRITON_INFERENCE_TYPE '{inference_type}': only 'infer' is served here "
+                            f"(generate and generate_stream are for LLM backends)")
+    derived.append("--model-control-mode=explicit")
+    if multi_model:  # models come through /models (or the runtime route's TargetModel), none at start
+        return derived
+    repository = _flag_value(argv, "--model-repository") or _flag_value(argv, "--model-store")
+    default = environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
+    if repository is not None and Path(repository).is_dir() and not default:
+        folders = sorted(p.name for p in Path(repository).iterdir() if p.is_dir() and not p.name.startswith("."))
+        if len(folders) != 1:
+            raise TritonNBError(
+                f"{len(folders)} model directories in {repository} ({', '.join(folders) or 'none'}): set "
+                f"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME to the one to serve, as SageMaker's container needs")
+        default = environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = folders[0]
+    if default:
+        derived.append(f"--load-model={default}")
+    return derived
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in a command line (``--flag=value`` or ``--flag value``), the last one given."""
+    value = None
+    for index, arg in enumerate(argv):
+        if arg.startswith(f"{flag}="):
+            value = arg.split("=", 1)[1]
+        elif arg == flag and index + 1 < len(argv):
+            value = argv[index + 1]
+    return value
+
+
+def _serve_archive(argv: list[str], multi_model: bool) -> list[str]:
+    """A ``--model-repository`` that names a ``model.tar.gz`` (``package_for_sagemaker``'s): unpacked
+    into a temporary folder that is served, as SageMaker unpacks it into the container's model
+    repository; in multi-model mode its folder is served instead, the archive being a target model
+    there. The folder is removed when the command ends."""
+    import tempfile
+
+    from triton_nb.repository.sagemaker import unpack_model_archive
+
+    rewritten = list(argv)
+    for index, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag not in ("--model-repository", "--model-store"):
+            continue
+        if not value:  # --model-repository PATH
+            index, value = index + 1, argv[index + 1] if index + 1 < len(argv) else ""
+        archive = Path(value)
+        if not archive.is_file():
+            continue
+        if multi_model:
+            served = archive.parent
+        else:
+            holder = tempfile.TemporaryDirectory(prefix="triton-nb-model-")
+            _UNPACKED.append(holder)
+            served = unpack_model_archive(archive, Path(holder.name) / "model")
+        rewritten[index] = f"{flag}={served}" if rewritten[index].startswith(f"{flag}=") else str(served)
+    return rewritten
+
+
+_UNPACKED: list[Any] = []  # the unpacked archives' folders, removed when the process ends
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-nb`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _build_parser().parse_args(argv)
+    if args.command == "serve":
+        at = argv.index("serve") + 1
+        try:
+            multi_model = args.allow_sagemaker and os.environ.get("SAGEMAKER_MULTI_MODEL") == "true"
+            given = _serve_archive(argv[at:], multi_model)
+            derived = _sagemaker_start(given, os.environ) if args.allow_sagemaker else []
+        except TritonNBError as exc:
+            print(f"triton-nb serve: error: {exc}", file=sys.stderr)
+            return 2
+        args = _build_parser().parse_args([*argv[:at], *derived, *given])
     handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out),
                 "export": _export, "validate": _validate, "serve": _serve, "perf": _perf, "tune": _tune}
     if hasattr(args, "check"):
