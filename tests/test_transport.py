@@ -4,6 +4,7 @@ and over gRPC, against one in-kernel server serving all three."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 import pytest
@@ -11,7 +12,15 @@ import pytest
 from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
-from triton_nb.transport import PROTOCOLS, GrpcTransport, HttpTransport, InProcessTransport, Transport, connect
+from triton_nb.transport import (
+    PROTOCOLS,
+    GrpcTransport,
+    HttpTransport,
+    InProcessTransport,
+    SageMakerTransport,
+    Transport,
+    connect,
+)
 
 X = np.array([[1.5, -2.0], [3.0, 0.25]], np.float32)
 
@@ -20,7 +29,13 @@ X = np.array([[1.5, -2.0], [3.0, 0.25]], np.float32)
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("transport-repo")
     write_scale_model(repo)
-    with serve(repo, http_port=0, grpc_port=0, network_model_control=True) as running:
+    os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = "scale"  # the model SageMaker's /invocations serves
+    try:
+        running = serve(repo, http_port=0, grpc_port=0, network_model_control=True, allow_sagemaker=True,
+                        sagemaker_port=0)
+    finally:
+        del os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"]
+    with running:
         yield running
 
 
@@ -31,7 +46,8 @@ def transport(request, server):
 
 
 def test_connect_makes_the_transport_of_each_protocol(server):
-    kinds = {"inprocess": InProcessTransport, "http": HttpTransport, "grpc": GrpcTransport}
+    kinds = {"inprocess": InProcessTransport, "http": HttpTransport, "grpc": GrpcTransport,
+             "sagemaker": SageMakerTransport}
     for protocol, kind in kinds.items():
         with connect(server, protocol) as made:
             assert type(made) is kind and made.protocol == protocol and made.service is server

@@ -525,8 +525,10 @@ def _number_list(kind: type) -> Callable[[str], list]:
 
 def _check_payload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Mistakes the flags' choices cannot catch, as one usage error naming the flag."""
-    http_only = [name for name in ("input_tensor_format", "output_tensor_format", "request_compression",
-                                   "response_compression") if getattr(args, name) not in ("binary", "none")]
+    formats = [name for name in ("input_tensor_format", "output_tensor_format") if getattr(args, name) != "binary"]
+    if formats and args.protocol not in ("http", "sagemaker"):
+        parser.error(f"--{formats[0].replace('_', '-')} applies to -i http or -i sagemaker, not {args.protocol}")
+    http_only = [name for name in ("request_compression", "response_compression") if getattr(args, name) != "none"]
     if http_only and args.protocol != "http":
         parser.error(f"--{http_only[0].replace('_', '-')} applies to -i http, not {args.protocol}")
     if args.grpc_compression_algorithm != "none" and args.protocol != "grpc":
@@ -636,8 +638,8 @@ _KNOB_FLAGS = {"max_queue_delay_microseconds": "--max-queue-delay-microseconds",
 
 
 def _check_target(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.url is not None and args.protocol == "inprocess":
-        parser.error("-i inprocess needs --model-repository; a server by -u URL is reached over http or grpc")
+    if args.url is not None and args.protocol in ("inprocess", "sagemaker"):
+        parser.error(f"-i {args.protocol} needs --model-repository; a server by -u URL is reached over http or grpc")
     if args.protocol is None:
         args.protocol = "http" if args.url is not None else "inprocess"
 
@@ -816,9 +818,12 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
         if args.url is None:
             from triton_nb import serve
 
+            if args.protocol == "sagemaker":  # /invocations serves the model measured, as the container would
+                os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = args.model
             server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
                            http_port=0 if args.protocol == "http" else None,
-                           grpc_port=0 if args.protocol == "grpc" else None)
+                           grpc_port=0 if args.protocol == "grpc" else None,
+                           allow_sagemaker=args.protocol == "sagemaker", sagemaker_port=0)
         transport = connect(args.url or server, args.protocol)
         transport.model_config(args.model)  # an unreachable server or unknown model fails here, before any output
         yield transport

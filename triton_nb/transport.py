@@ -39,18 +39,22 @@ from triton_nb.errors import (
 )
 from triton_nb.server.service import InferenceService
 
-__all__ = ["PROTOCOLS", "GrpcTransport", "HttpTransport", "InProcessTransport", "Transport", "connect"]
+__all__ = ["PROTOCOLS", "GrpcTransport", "HttpTransport", "InProcessTransport", "SageMakerTransport", "Transport",
+           "connect"]
 
 #: The protocols a transport speaks.
-PROTOCOLS = ("inprocess", "http", "grpc")
+PROTOCOLS = ("inprocess", "http", "grpc", "sagemaker")
 
 Tensors = dict[str, np.ndarray]
+# SageMaker's binary+json Content-Type, followed by the JSON header's size (the server's
+# triton_nb.server.sagemaker spells it too: a client does not import the server)
+_SAGEMAKER_BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 
 class Transport:
     """The calls every way of reaching a server offers (see the module)."""
 
-    #: "inprocess", "http" or "grpc"
+    #: "inprocess", "http", "grpc" or "sagemaker"
     protocol: str
     #: ``host:port`` of a network transport; None in-process
     url: str | None = None
@@ -367,6 +371,83 @@ class GrpcTransport(_NetworkTransport):
             return list(self.client.get_model_repository_index(as_json=True).get("models", []))
 
 
+class SageMakerTransport(Transport):
+    """SageMaker's ``POST /invocations`` on an in-kernel server started with ``allow_sagemaker=True``:
+    inference on the endpoint's default model (``SAGEMAKER_TRITON_DEFAULT_MODEL_NAME``), as JSON or,
+    with ``binary``, binary+json — the two payloads of the AWS sample. SageMaker's contract has no
+    route for a model's config, statistics or the repository, so those calls go to the server
+    itself; an answer from another model than the one asked for is refused, naming both."""
+
+    protocol = "sagemaker"
+
+    def __init__(self, url: str, *, service: InferenceService, binary: bool = True) -> None:
+        self.url = url.removeprefix("http://").rstrip("/")
+        self.service = service
+        self.binary = binary
+        self._server = InProcessTransport(service)
+
+    def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
+              model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+        import http.client
+
+        import tritonclient.http as httpclient
+        from tritonclient.utils import np_to_triton_dtype
+
+        self._server.model_config(model)  # an unknown model is NotFound, as over the other protocols
+        tensors = []
+        for name, array in inputs.items():
+            array = np.asarray(array)
+            tensors.append(httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+            tensors[-1].set_data_from_numpy(array, binary_data=self.binary)
+        requested = [httpclient.InferRequestedOutput(name, binary_data=self.binary) for name in outputs or ()]
+        body, json_bytes = httpclient.InferenceServerClient.generate_request_body(
+            tensors, outputs=requested or None, parameters=dict(parameters) if parameters else None)
+        content_type = "application/json" if json_bytes is None else f"{_SAGEMAKER_BINARY_JSON}{json_bytes}"
+        host, _, port = self.url.rpartition(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=300)
+        try:
+            connection.request("POST", "/invocations", body=body, headers={"Content-Type": content_type})
+            response = connection.getresponse()
+            answer, answered_type = response.read(), response.getheader("Content-Type") or ""
+        except OSError as exc:
+            raise _translated(exc, self.url, self.protocol) from None
+        finally:
+            connection.close()
+        if response.status != 200:
+            try:
+                message = json.loads(answer).get("error", "")
+            except ValueError:
+                message = answer.decode("utf-8", "replace")
+            raise _BY_STATUS.get(str(response.status), InternalError)(message or f"HTTP {response.status}")
+        header_size = (int(answered_type[len(_SAGEMAKER_BINARY_JSON):])
+                       if answered_type.startswith(_SAGEMAKER_BINARY_JSON) else None)
+        result = httpclient.InferenceServerClient.parse_response_body(answer, header_length=header_size)
+        served = result.get_response().get("model_name")
+        if served != model:
+            raise InvalidArgumentError(f"the SageMaker endpoint at {self.url} serves model '{served}' "
+                                       f"(SAGEMAKER_TRITON_DEFAULT_MODEL_NAME), not '{model}'")
+        names = list(outputs) if outputs else [spec["name"] for spec in result.get_response().get("outputs", [])]
+        return {name: result.as_numpy(name) for name in names if result.as_numpy(name) is not None}
+
+    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
+        return self._server.model_config(model, model_version)
+
+    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
+        return self._server.model_metadata(model, model_version)
+
+    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
+        return self._server.statistics(model, model_version)
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        return self._server.repository_index()
+
+    def load_model(self, model: str, config: Mapping[str, Any] | str | None = None) -> None:
+        self._server.load_model(model, config)
+
+    def unload_model(self, model: str) -> None:
+        self._server.unload_model(model)
+
+
 def connect(target: Any, protocol: str | None = None, *, binary: bool = True) -> Transport:
     """A transport to ``target``: a :class:`Transport` (returned as it is), an in-kernel server
     (``protocol`` "inprocess", the default, or "http"/"grpc" through its own endpoint), or a
@@ -378,8 +459,9 @@ def connect(target: Any, protocol: str | None = None, *, binary: bool = True) ->
         raise InvalidArgumentError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if isinstance(target, str):
         protocol = protocol or "http"
-        if protocol == "inprocess":
-            raise InvalidArgumentError(f"a server at a URL ({target}) is reached over http or grpc, not inprocess")
+        if protocol in ("inprocess", "sagemaker"):
+            # SageMaker's contract has no route for a model's config, which the callers need
+            raise InvalidArgumentError(f"a server at a URL ({target}) is reached over http or grpc, not {protocol}")
         return HttpTransport(target, binary=binary) if protocol == "http" else GrpcTransport(target)
     if isinstance(target, InferenceService):
         protocol = protocol or "inprocess"
@@ -387,9 +469,12 @@ def connect(target: Any, protocol: str | None = None, *, binary: bool = True) ->
             return InProcessTransport(target)
         endpoint = target.endpoints.get(protocol)
         if endpoint is None:
-            raise InvalidArgumentError(f"the server has no {protocol} endpoint: start it with {protocol}_port=0 "
-                                       f"(or a port) to reach it over {protocol}")
+            start = "allow_sagemaker=True" if protocol == "sagemaker" else f"{protocol}_port=0 (or a port)"
+            raise InvalidArgumentError(f"the server has no {protocol} endpoint: start it with {start} to reach it "
+                                       f"over {protocol}")
         if protocol == "http":
             return HttpTransport(endpoint, binary=binary, service=target)
+        if protocol == "sagemaker":
+            return SageMakerTransport(endpoint, service=target, binary=binary)
         return GrpcTransport(endpoint, service=target)
     raise InvalidArgumentError(f"reach an InferenceServer or a 'host:port' URL, got {type(target).__name__}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import zlib
 from http.client import HTTPResponse
@@ -35,10 +36,16 @@ dynamic_batching { }
 @pytest.fixture(scope="module")
 def wide_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("payload-repo")
-    (repo / "wide" / "1").mkdir(parents=True)
-    (repo / "wide" / "config.pbtxt").write_text(WIDE_CONFIG)
-    (repo / "wide" / "1" / "model.py").write_text(SCALE_MODEL)
-    with serve(repo, http_port=0, grpc_port=0) as server:
+    for name in ("wide", "wide_copy"):  # the copy: a model SageMaker's /invocations does not serve
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(WIDE_CONFIG.replace('name: "wide"', f'name: "{name}"'))
+        (repo / name / "1" / "model.py").write_text(SCALE_MODEL)
+    os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = "wide"  # what SageMaker's /invocations serves
+    try:
+        server = serve(repo, http_port=0, grpc_port=0, allow_sagemaker=True, sagemaker_port=0)
+    finally:
+        del os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"]
+    with server:
         yield server
 
 
@@ -156,7 +163,8 @@ def test_measured_bytes_follow_the_format_and_the_compression(wide_server):
 
 @pytest.mark.parametrize(("protocol", "options", "message"), [
     ("inprocess", {"input_tensor_format": "json"}, r"input_tensor_format \(--input-tensor-format\) 'json' applies "
-                                                   r"to protocol 'http', not 'inprocess'"),
+                                                   r"to protocol 'http' or 'sagemaker', not 'inprocess'"),
+    ("sagemaker", {"request_compression": "gzip"}, r"not 'sagemaker': SageMaker's contract takes no compression"),
     ("grpc", {"request_compression": "gzip"}, r"request_compression .* not 'grpc': gRPC requests are protobuf"),
     ("http", {"grpc_compression_algorithm": "gzip"}, r"grpc_compression_algorithm .* applies to protocol 'grpc'"),
     ("http", {"output_tensor_format": "xml"}, r"output_tensor_format \(--output-tensor-format\) must be one of"),
@@ -236,3 +244,28 @@ def test_the_payload_plot_labels_each_payload():
     assert sorted(p.get_height() for p in sent.patches)[-2:] == [1100.0, 1500.0]
     with pytest.raises(InvalidArgumentError, match="request_bytes"):
         plot_payload_comparison(pd.DataFrame(rows).drop(columns=["request_bytes"]))
+
+
+def test_sagemaker_invocations_are_measured_with_the_samples_two_payloads(wide_server):
+    """The AWS sample's comparison: JSON and binary+json bodies on SageMaker's /invocations."""
+    common = {"concurrency_range": [1], "input_data": "random", "measurement_interval_ms": 200, "warmup_ms": 100,
+              "max_trials": 2}
+    rows = {}
+    for rows_per_request in (1, 64):
+        for name in ("json", "binary"):
+            frame = measure(wide_server, "wide", protocol="sagemaker", input_tensor_format=name,
+                            output_tensor_format=name, rows_per_request=rows_per_request, **common)
+            rows[name, rows_per_request] = frame.iloc[0]
+            assert frame.iloc[0]["errors"] == 0 and frame.iloc[0]["protocol"] == "sagemaker"
+    # 16 random floats a row: JSON spells out each one's digits, binary+json sends 4 bytes
+    assert rows["json", 64]["request_bytes"] > 2 * rows["binary", 64]["request_bytes"]
+    assert rows["binary", 64]["request_bytes"] > rows["binary", 1]["request_bytes"]
+    # the same bodies over KServe v2 HTTP differ only in the request line and headers
+    http = measure(wide_server, "wide", protocol="http", rows_per_request=64, **common).iloc[0]
+    assert abs(http["request_bytes"] - rows["binary", 64]["request_bytes"]) < 100
+
+
+def test_sagemaker_measures_only_the_endpoints_default_model(wide_server):
+    with pytest.raises(InvalidArgumentError, match=r"serves model 'wide' \(SAGEMAKER_TRITON_DEFAULT_MODEL_NAME\), "
+                                                   r"not 'wide_copy'"):
+        measure(wide_server, "wide_copy", concurrency_range=[1], protocol="sagemaker")

@@ -78,6 +78,16 @@ def test_perf_request_rate_over_http_with_a_repository(repo, tmp_path, capsys):
     assert len(lines) == 3
 
 
+def test_perf_over_sagemakers_invocations_with_json_bodies(repo, capsys, monkeypatch):
+    monkeypatch.delenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", raising=False)  # set for the run, as the container
+    assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "sagemaker", "--concurrency-range",
+                 "1", "--input-tensor-format", "json", "--output-tensor-format", "json", *SHORT]) == 0
+    printed = capsys.readouterr().out
+    assert "over sagemaker" in printed
+    (row,) = _table(printed, "Concurrency")
+    assert row[0] == "1" and "error" not in " ".join(row)
+
+
 def test_tune_writes_the_recommended_config_and_plots(repo, tmp_path, capsys):
     plots = tmp_path / "tplots"
     assert main(["tune", "-m", "scale", "--model-repository", str(repo), "--latency-budget-ms", "100",
@@ -243,7 +253,7 @@ def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, me
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--input-tensor-format", "json"], r"--input-tensor-format applies to -i http, not inprocess"),
+    (["--input-tensor-format", "json"], r"--input-tensor-format applies to -i http or -i sagemaker, not inprocess"),
     (["--request-compression", "gzip", "-i", "grpc"], r"--request-compression applies to -i http, not grpc"),
     (["--grpc-compression-algorithm", "gzip", "-i", "http"], r"--grpc-compression-algorithm applies to -i grpc"),
     (["--input-tensor-format", "csv"], r"argument --input-tensor-format: invalid choice: 'csv'"),

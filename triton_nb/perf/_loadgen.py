@@ -162,14 +162,20 @@ def http_sequence_parameters(sequence_id: int | str, start: bool, end: bool) -> 
 
 
 def http_request(url: str, model: str, body: bytes, header: int, request_compression: str = "none",
-                 response_compression: str = "none") -> bytes:
+                 response_compression: str = "none", sagemaker: bool = False) -> bytes:
     """One whole HTTP infer request as it goes on the wire: the request line, the headers and the
     body (compressed with ``request_compression``; ``header`` is its JSON header's length before
     that). A body that is all JSON (JSON tensors, or shared memory) goes without
-    Inference-Header-Content-Length, as tritonclient sends it."""
-    head = [b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n"
-            % (model.encode(), url.encode())]
-    if header != len(body):
+    Inference-Header-Content-Length, as tritonclient sends it. ``sagemaker``: to SageMaker's
+    ``/invocations`` instead, the JSON header's size in a binary+json Content-Type."""
+    if sagemaker:
+        content_type = (b"application/json" if header == len(body)
+                        else b"application/vnd.sagemaker-triton.binary+json;json-header-size=%d" % header)
+        head = [b"POST /invocations HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\n" % (url.encode(), content_type)]
+    else:
+        head = [b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n"
+                % (model.encode(), url.encode())]
+    if header != len(body) and not sagemaker:
         head.append(b"Inference-Header-Content-Length: %d\r\n" % header)
     if request_compression != "none":
         body = compress(body, request_compression)
@@ -344,7 +350,8 @@ class _Generator:
 
     def _http_request(self, body: bytes, header: int) -> bytes:
         args = self.args
-        return http_request(args.url, args.model, body, header, args.request_compression, args.response_compression)
+        return http_request(args.url, args.model, body, header, args.request_compression, args.response_compression,
+                            sagemaker=args.protocol == "sagemaker")
 
     def _http_requests(self):
         """The function that gives a stream's next HTTP request and its size: pre-encoded whole, or
@@ -397,7 +404,7 @@ class _Generator:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         stdin_closed = loop.run_in_executor(None, sys.stdin.buffer.read)
-        if self.args.protocol == "http":
+        if self.args.protocol in ("http", "sagemaker"):
             pool = _HttpPool(self.args.url, decompress=self.args.response_compression != "none")
             build = self._http_requests()
 
@@ -513,7 +520,7 @@ class _Generator:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="triton_nb's network load generator (started by triton_nb.perf)")
-    parser.add_argument("--protocol", choices=("http", "grpc"), required=True)
+    parser.add_argument("--protocol", choices=("http", "grpc", "sagemaker"), required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--payloads", required=True)

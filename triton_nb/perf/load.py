@@ -511,7 +511,7 @@ class NetworkLoad:
             raise InvalidArgumentError("shared_memory: the regions were laid out for other requests")
         places = shared_memory.places if shared_memory is not None else [None] * len(requests)
         wire = wire or WireFormat()
-        if protocol == "http":
+        if protocol in ("http", "sagemaker"):  # SageMaker's /invocations takes the same bodies
             encoded: dict[int, tuple[bytes, int]] = {}  # id() of a distinct request -> its payload
             payloads = []
             for request, place in zip(requests, places, strict=True):

@@ -196,9 +196,10 @@ def _check_shared_memory(shared_memory: str, output_shared_memory_size: int) -> 
 
 #: The wire options of :func:`measure` (client-side: set per measurement, the server untouched), their
 #: defaults and the protocol each applies to.
-WIRE_OPTIONS = {"input_tensor_format": ("binary", "http"), "output_tensor_format": ("binary", "http"),
-                "request_compression": ("none", "http"), "response_compression": ("none", "http"),
-                "grpc_compression_algorithm": ("none", "grpc")}
+WIRE_OPTIONS = {"input_tensor_format": ("binary", ("http", "sagemaker")),
+                "output_tensor_format": ("binary", ("http", "sagemaker")),
+                "request_compression": ("none", ("http",)), "response_compression": ("none", ("http",)),
+                "grpc_compression_algorithm": ("none", ("grpc",))}
 
 
 def _wire_format(protocol: str, shared_memory: str, options: dict[str, str]) -> WireFormat:
@@ -210,12 +211,13 @@ def _wire_format(protocol: str, shared_memory: str, options: dict[str, str]) -> 
         choices = TENSOR_FORMATS if name.endswith("tensor_format") else COMPRESSIONS
         if value not in choices:
             raise InvalidArgumentError(f"{name} ({flag}) must be one of {', '.join(choices)}, got {value!r}")
-        if value != default and protocol != applies_to:
+        if value != default and protocol not in applies_to:
             why = ("in-process calls have no wire format" if protocol == "inprocess"
+                   else "SageMaker's contract takes no compression" if protocol == "sagemaker"
                    else "gRPC requests are protobuf (compress them with grpc_compression_algorithm)"
-                   if applies_to == "http" else "HTTP bodies take request_compression/response_compression")
-            raise InvalidArgumentError(f"{name} ({flag}) {value!r} applies to protocol {applies_to!r}, not "
-                                       f"{protocol!r}: {why}")
+                   if "http" in applies_to else "HTTP bodies take request_compression/response_compression")
+            raise InvalidArgumentError(f"{name} ({flag}) {value!r} applies to protocol "
+                                       f"{' or '.join(repr(p) for p in applies_to)}, not {protocol!r}: {why}")
         if name.endswith("tensor_format") and value == "json" and shared_memory != "none":
             raise InvalidArgumentError(f"{name} ({flag}) 'json' does not go with shared_memory {shared_memory!r}: "
                                        "tensors in shared memory are not in the requests")
@@ -358,6 +360,10 @@ def measure(
                                        f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
         wire = _wire_format(resolved.protocol, shared_memory, wire_options)
         config = resolved.model_config(model)
+        if resolved.protocol == "sagemaker":
+            # /invocations answers for the endpoint's default model only: one request makes sure it is
+            # the model measured (SageMakerTransport refuses another model's answer, naming both)
+            resolved.infer(model, request_inputs(config, input_data, 1, count=1)[0])
         if request_count is None:
             request_count = 100 if repeat_ratio or mixed else 16
         requests = request_inputs(config, input_data, rows_per_request, count=request_count,
