@@ -379,3 +379,42 @@ def test_a_raw_binary_request_on_the_kserve_route_is_read_as_triton_reads_it(kin
         assert np.frombuffer(body[-4:], np.float32).tolist() == [10.0]
     finally:
         server.stop()
+
+
+OUT_OF_MEMORY_AT_LOAD = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise MemoryError("no room for the trees")
+
+    def execute(self, requests):
+        return []
+"""
+OUT_OF_MEMORY_AT_INVOKE = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise MemoryError("no room for this batch")
+"""
+
+
+@pytest.mark.parametrize("kind", SERVER_PARAMS)
+def test_running_out_of_memory_is_507_so_sagemaker_makes_room(kind: str, tmp_path: Path) -> None:
+    """Triton answers a load or an invoke that ran out of memory 507, which tells SageMaker to unload
+    other models and try again; any other failure is a 400."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    write_model(tmp_path / "at_load", "double", OUT_OF_MEMORY_AT_LOAD, SIMPLE_CONFIG.format(name="double"))
+    write_model(tmp_path / "at_invoke", "double", OUT_OF_MEMORY_AT_INVOKE, SIMPLE_CONFIG.format(name="double"))
+    write_model(tmp_path / "broken", "double", "raise ImportError('no module')\n", SIMPLE_CONFIG.format(name="double"))
+    def load(hash_name: str, folder: str, target: str) -> tuple[int, str | None, bytes]:
+        body = json.dumps({"model_name": hash_name, "url": str(tmp_path / folder)}).encode()
+        return call(port, "POST", "/models", body, _target(target))
+
+    with sagemaker_server(kind, empty, multi_model=True) as port:
+        status, _, body = load("h1", "at_load", "a")
+        assert status == 507 and "MemoryError" in _error(body)
+        assert load("h2", "broken", "b")[0] == 400
+        assert load("h3", "at_invoke", "c")[0] == 200
+        status, _, body = call(port, "POST", "/models/h3/invoke", JSON_REQUEST, _target("c"))
+        assert status == 507 and "MemoryError" in _error(body)
+        # the failed loads left nothing registered: the same archives load again under other names
+        assert call(port, "GET", "/models/h1")[::2] == (404, b"")

@@ -57,6 +57,7 @@ from triton_nb.errors import (
     InvalidArgumentError,
     MethodNotAllowedError,
     TritonNBError,
+    UnavailableError,
     wire_message,
     wire_status,
 )
@@ -171,6 +172,9 @@ class SageMakerApp:
             if not isinstance(error, TritonNBError):
                 log.exception("SageMaker %s %s failed", scope["method"], scope["path"])
             status, body, headers = error_reply(error)
+        except asyncio.CancelledError:  # a stop that outlasted its grace, as on the HTTP port
+            status, body, headers = error_reply(UnavailableError("the server stopped before the request was "
+                                                                 "answered"))
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
