@@ -46,8 +46,8 @@ from triton_nb.perf.measure import WIRE_OPTIONS, measure
 from triton_nb.perf.stats import parse_range
 from triton_nb.transport import Transport, connect
 
-__all__ = ["BATCHING_KNOBS", "CLIENT_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "TuneResult", "config_label",
-           "config_with_knobs", "server_knobs", "tune"]
+__all__ = ["BATCHING_KNOBS", "CLIENT_KNOBS", "LIVE_KNOBS", "NO_BATCHING", "SweepSettings", "TuneResult",
+           "config_label", "config_with_knobs", "server_knobs", "tune"]
 
 BATCHING_KNOBS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "instance_count")
 # Knobs the in-kernel server changes live, without a reload (response_cache through
@@ -142,6 +142,73 @@ def config_label(knobs: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep measured and ranked its configs, kept with its result so that
+    :func:`~triton_nb.perf.replay` measures another server the same way."""
+
+    model: str
+    tuned_models: tuple[str, ...]
+    knob_names: tuple[str, ...]
+    concurrency_levels: tuple[int, ...]
+    protocol: str
+    objective: str | dict[str, float] = "throughput"
+    latency_budget_ms: float | None = None
+    min_throughput: float | None = None
+    latency_percentile: int = 99
+    input_data: Any = "random"
+    rows_per_request: int | Sequence[int] = 1
+    rows_per_request_weights: Sequence[float] | None = None
+    wire: dict[str, str] = field(default_factory=dict)
+    repeat_ratio: float = 0.0
+    request_count: int | None = None
+    shared_memory: str = "none"
+    measurement_interval_ms: int = 2000
+    max_trials: int = 5
+    early_stop: bool = True
+
+    @property
+    def latency_column(self) -> str:
+        return f"latency_p{self.latency_percentile}_us"
+
+    @property
+    def latency_budget_us(self) -> float | None:
+        return None if self.latency_budget_ms is None else self.latency_budget_ms * 1e3
+
+
+def sweep_config(transport: Transport, settings: SweepSettings, values: dict[str, Any],
+                 points: list[dict[str, Any]], levels: Sequence[int] | None = None,
+                 on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Measure the config already applied (knob ``values``) at each load level, as a sweep does:
+    every level of ``settings`` with its early stops, or exactly ``levels`` when given (a replay's
+    later rounds repeat the levels of its first). One row per level, labelled with the config, and
+    each also appended to ``points`` as soon as it is measured, so an interrupt keeps it."""
+    budget_us = settings.latency_budget_us
+    rows: list[dict[str, Any]] = []
+    client = {**settings.wire, **{k: v for k, v in values.items() if k in CLIENT_KNOBS}}
+    for level in settings.concurrency_levels if levels is None else levels:
+        frame = measure(transport, settings.model, concurrency_range=[level], input_data=settings.input_data,
+                        rows_per_request=settings.rows_per_request,
+                        rows_per_request_weights=settings.rows_per_request_weights,
+                        repeat_ratio=settings.repeat_ratio, **client, request_count=settings.request_count,
+                        shared_memory=settings.shared_memory, measurement_interval_ms=settings.measurement_interval_ms,
+                        max_trials=settings.max_trials, warmup_ms=min(settings.measurement_interval_ms, 1000))
+        row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
+        rows.append(row)
+        points.append(row)
+        if on_point is not None:
+            on_point(row)
+        if levels is not None:
+            continue
+        if budget_us is not None and row[settings.latency_column] > budget_us:
+            break  # more load only adds latency
+        throughputs = [p["throughput_infer_per_sec"] for p in rows]
+        if settings.early_stop and len(throughputs) > EARLY_STOP_STEPS and max(throughputs[-EARLY_STOP_STEPS:]) < (
+                1 + EARLY_STOP_GAIN) * throughputs[-EARLY_STOP_STEPS - 1]:
+            break
+    return rows
+
+
 @dataclass
 class TuneResult:
     """What a sweep measured and what it recommends."""
@@ -156,6 +223,8 @@ class TuneResult:
     #: the recommended config's throughput over the "dynamic batching off" baseline's (both the
     #: best point within the constraints); None without a baseline or when either has no such point
     batching_gain: float | None = None
+    #: how the sweep measured (what :func:`~triton_nb.perf.replay` repeats); None for a result made by hand
+    settings: SweepSettings | None = None
 
     def write_config(self, path: str | Path) -> Path:
         """Write the recommended config as ``config.pbtxt`` (a folder means ``<folder>/config.pbtxt``)."""
@@ -316,7 +385,6 @@ def tune(
     names = list(knobs)
     grids = [[tuple(v) if isinstance(v, list) else v for v in knobs[name]] for name in names]
     levels = [int(c) for c in parse_range(concurrency_range, "concurrency_range")]
-    latency_column = f"latency_p{latency_percentile}_us"
     resolved = connect(target, protocol)
     tuned = [tuned_model or model] if tuned_model is None or isinstance(tuned_model, str) else list(tuned_model)
     if not tuned:
@@ -327,7 +395,14 @@ def tune(
         if unbatched:
             raise InvalidArgumentError(f"no_batching_baseline: model(s) {', '.join(unbatched)} do not batch "
                                        "(max_batch_size 0): there is no dynamic batching to turn off")
-    budget_us = None if latency_budget_ms is None else latency_budget_ms * 1e3
+    ranked_names = [*names, "dynamic_batching"] if no_batching_baseline and "dynamic_batching" not in names else names
+    settings = SweepSettings(
+        model=model, tuned_models=tuple(tuned), knob_names=tuple(ranked_names), concurrency_levels=tuple(levels),
+        protocol=resolved.protocol, objective=objective, latency_budget_ms=latency_budget_ms,
+        min_throughput=min_throughput, latency_percentile=latency_percentile, input_data=input_data,
+        rows_per_request=rows_per_request, rows_per_request_weights=rows_per_request_weights, wire=wire,
+        repeat_ratio=repeat_ratio, request_count=request_count, shared_memory=shared_memory,
+        measurement_interval_ms=measurement_interval_ms, max_trials=max_trials, early_stop=early_stop)
     points: list[dict[str, Any]] = []
     measured: dict[tuple, float] = {}
     interrupted = False
@@ -347,29 +422,11 @@ def tune(
                   {name: grids[i][k] for i, (name, k) in enumerate(zip(names, index, strict=True))})
         for applier in appliers:
             applier.apply(values)
-        config_points = []
-        client = {**wire, **{k: v for k, v in values.items() if k in CLIENT_KNOBS}}
-        for level in levels:
-            frame = measure(resolved, model, concurrency_range=[level], input_data=input_data,
-                            rows_per_request=rows_per_request, rows_per_request_weights=rows_per_request_weights,
-                            repeat_ratio=repeat_ratio, **client,
-                            request_count=request_count, shared_memory=shared_memory,
-                            measurement_interval_ms=measurement_interval_ms,
-                            max_trials=max_trials, warmup_ms=min(measurement_interval_ms, 1000))
-            row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
-            points.append(row)
-            config_points.append(row)
-            if on_point is not None:
-                on_point(row)
-            if budget_us is not None and row[latency_column] > budget_us:
-                break  # more load only adds latency
-            throughputs = [p["throughput_infer_per_sec"] for p in config_points]
-            if early_stop and len(throughputs) > EARLY_STOP_STEPS and max(throughputs[-EARLY_STOP_STEPS:]) < (
-                    1 + EARLY_STOP_GAIN) * throughputs[-EARLY_STOP_STEPS - 1]:
-                break
+        config_points = sweep_config(resolved, settings, values, points, on_point=on_point)
         frame = pd.DataFrame(config_points)
-        feasible = _feasible(frame, budget_us, min_throughput, latency_column)
-        score = float(_score(frame, objective, latency_column)[feasible].max()) if feasible.any() else -math.inf
+        feasible = _feasible(frame, settings)
+        scores = _score(frame, objective, settings.latency_column)[feasible]
+        score = float(scores.max()) if feasible.any() else -math.inf
         measured[index] = score
         if bar is not None:
             bar.update(1)
@@ -405,10 +462,10 @@ def tune(
             applier.restore()
         if resolved is not target:  # made here, so closed here
             resolved.close()
-    if no_batching_baseline and "dynamic_batching" not in names:
-        names = [*names, "dynamic_batching"]
-    return _result(points, names, objective, budget_us, min_throughput, latency_column, appliers[0].original,
-                   interrupted, write_config)
+    result = _result(points, settings, appliers[0].original, interrupted)
+    if write_config is not None and result.recommended_config is not None:
+        result.write_config(write_config)
+    return result
 
 
 def _plain(value: Any) -> Any:
@@ -421,25 +478,27 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _feasible(frame: pd.DataFrame, budget_us: float | None, min_throughput: float | None,
-              latency_column: str) -> pd.Series:
+def _feasible(frame: pd.DataFrame, settings: SweepSettings) -> pd.Series:
     ok = frame["errors"].fillna(0) == 0
-    if budget_us is not None:
-        ok &= frame[latency_column] <= budget_us
-    if min_throughput is not None:
-        ok &= frame["throughput_infer_per_sec"] >= min_throughput
+    if settings.latency_budget_us is not None:
+        ok &= frame[settings.latency_column] <= settings.latency_budget_us
+    if settings.min_throughput is not None:
+        ok &= frame["throughput_infer_per_sec"] >= settings.min_throughput
     return ok
 
 
-def _result(points: list[dict[str, Any]], names: list[str], objective: Any, budget_us: float | None,
-            min_throughput: float | None, latency_column: str, original: dict[str, Any], interrupted: bool,
-            write_config: str | Path | None) -> TuneResult:
+def _result(points: list[dict[str, Any]] | pd.DataFrame, settings: SweepSettings, original: dict[str, Any],
+            interrupted: bool) -> TuneResult:
+    """Rank the configs of measured ``points`` (one row per config and load level) by the best of
+    their points that meet the constraints, and recommend the first."""
+    names = list(settings.knob_names)
+    latency_column = settings.latency_column
     measurements = pd.DataFrame(points)
     if measurements.empty:
         return TuneResult(measurements, pd.DataFrame(), None, None, original, interrupted,
-                          ["nothing was measured"])
-    measurements["feasible"] = _feasible(measurements, budget_us, min_throughput, latency_column)
-    measurements["score"] = _score(measurements, objective, latency_column)
+                          ["nothing was measured"], settings=settings)
+    measurements["feasible"] = _feasible(measurements, settings)
+    measurements["score"] = _score(measurements, settings.objective, latency_column)
     rows = []
     for label, group in measurements.groupby("config", sort=False):
         feasible = group[group["feasible"]]
@@ -468,8 +527,5 @@ def _result(points: list[dict[str, Any]], names: list[str], objective: Any, budg
             gain = float(ranking.iloc[0]["throughput_infer_per_sec"] / baseline.iloc[0]["throughput_infer_per_sec"])
         else:
             notes.append(f"'{NO_BATCHING}' met no constraint: no batching gain to state")
-    result = TuneResult(measurements, ranking, recommended, recommended_config, original, interrupted, notes,
-                        batching_gain=gain)
-    if write_config is not None and recommended_config is not None:
-        result.write_config(write_config)
-    return result
+    return TuneResult(measurements, ranking, recommended, recommended_config, original, interrupted, notes,
+                      batching_gain=gain, settings=settings)
