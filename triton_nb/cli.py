@@ -630,6 +630,16 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
                       help="write the recommended config to DIR/<tuned model>/config.pbtxt (--model-repository only)")
     tune.add_argument("--plots", type=Path, default=None, metavar="DIR",
                       help="write throughput_vs_latency.png, and knob_heatmap.png when two knobs vary, into DIR")
+    replay = tune.add_argument_group(
+        "replay on real Triton", "after the sweep, measure its best configs again on a running tritonserver "
+        "(--model-control-mode=explicit), as the sweep measured them, and print both rankings side by side")
+    replay.add_argument("--replay-url", default=None, metavar="HOST:PORT",
+                        help="the tritonserver to replay on, reached over -i grpc, else http; checked before "
+                             "the sweep starts, and left with its original config")
+    replay.add_argument("--replay-top", type=_positive_int, default=3, metavar="N",
+                        help="how many of the sweep's best configs to replay, the recommended one always (default 3)")
+    replay.add_argument("--replay-rounds", type=_positive_int, default=2, metavar="N",
+                        help="measure each config N times, the order reversed every other round (default 2)")
     tune.set_defaults(check=lambda args: _check_tune(tune, args))
 
 

@@ -4,104 +4,20 @@ in-kernel server."""
 
 from __future__ import annotations
 
-import importlib
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.helpers.scale_models import write_scale_model
+from tests.helpers.tune_fakes import ORIGINAL, FakeTarget
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf import tune
-from triton_nb.perf.stats import Completions
 from triton_nb.perf.tune import config_with_knobs, knobs_of
 from triton_nb.repository.config import load_config
-from triton_nb.transport import Transport
 
-ORIGINAL = {"name": "m", "backend": "python", "max_batch_size": 16,
-            "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2]}],
-            "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [2]}],
-            "dynamic_batching": {"max_queue_delay_microseconds": 100},
-            "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
-
-
-def capacity(knobs: dict) -> float:
-    """Requests/s the fake serves at most: best at delay 500 µs and 2 instances."""
-    delay, instances = knobs["max_queue_delay_microseconds"], knobs["instance_count"]
-    return max(300.0, 4000.0 - abs(delay - 500) - abs(instances - 2) * 900)
-
-
-class FakeLoad:
-    """Completions at the rate and latency the fake's formulas give (Little's law)."""
-
-    def __init__(self, rate: float, latency_ns: int) -> None:
-        self.rate, self.latency_ns = rate, latency_ns
-        self.last = 0
-
-    def start(self) -> None:
-        self.last = time.monotonic_ns()
-
-    def take(self) -> Completions:
-        now = time.monotonic_ns()
-        count = int(self.rate * (now - self.last) / 1e9)
-        if count == 0:
-            return Completions()
-        ends = self.last + (np.arange(1, count + 1) * (now - self.last)) // count
-        self.last = int(ends[-1])
-        return Completions(ends - self.latency_ns, ends, np.ones(count, bool))
-
-    def stop(self) -> None:
-        pass
-
-
-class FakeTarget(Transport):
-    """A remote server whose figures follow its knobs: each knob change is a reload with a config
-    override (Triton's load API), as tune makes it on a server that is not in this process."""
-
-    protocol = "http"
-    url = "fake:8000"
-
-    def __init__(self, plateau: bool = False) -> None:
-        self.knobs = knobs_of(ORIGINAL, ["max_queue_delay_microseconds", "instance_count"])
-        self.applied: list[dict] = []
-        self.restored: list[dict] = []
-        self.plateau = plateau
-
-    def model_config(self, model: str, model_version: str = "") -> dict:
-        return config_with_knobs(ORIGINAL, self.knobs)
-
-    def statistics(self, model: str = "", model_version: str = "") -> dict:
-        return {"model_stats": [{"name": "m", "version": "1", "inference_stats": {}, "batch_stats": []}]}
-
-    def make_load(self, concurrency: int) -> FakeLoad:
-        rate = min(concurrency * 2000.0, 6000.0 if self.plateau else capacity(self.knobs))
-        latency_s = concurrency / rate + self.knobs["max_queue_delay_microseconds"] / 1e6
-        return FakeLoad(rate, int(latency_s * 1e9))
-
-    def load_model(self, model: str, config=None) -> None:
-        knobs = knobs_of(config, ["max_queue_delay_microseconds", "instance_count"])
-        if config == config_with_knobs(ORIGINAL, knobs_of(ORIGINAL, list(knobs))):
-            self.restored.append(config)  # the original config, put back
-        else:
-            self.applied.append(knobs)
-        self.knobs = knobs
-
-
-@pytest.fixture(autouse=True)
-def fake_loads(monkeypatch):
-    """Loads on a FakeTarget come from its formulas (where measure looks open_load up)."""
-    measure_module = importlib.import_module("triton_nb.perf.measure")  # the package's `measure` is the function
-    real = measure_module.open_load
-
-    def open_load(transport, model, requests, concurrency=None, **level):
-        if isinstance(transport, FakeTarget):
-            return transport.make_load(concurrency)
-        return real(transport, model, requests, concurrency=concurrency, **level)
-
-    monkeypatch.setattr(measure_module, "open_load", open_load)
-
+pytestmark = pytest.mark.usefixtures("fake_loads")
 
 KNOBS = {"max_queue_delay_microseconds": [0, 500, 2000], "instance_count": [1, 2, 4]}
 FAST = {"concurrency_range": "1:16:5", "measurement_interval_ms": 40, "max_trials": 3, "progress": False,

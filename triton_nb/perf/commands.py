@@ -143,10 +143,17 @@ def run_tune(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
     latency = f"latency_p{args.percentile}_us"
 
     def on_point(row: dict[str, Any]) -> None:
-        print(f"  {row['config']}  concurrency {int(row['concurrency'])}: "
+        round_text = f"round {row['round']}: " if "round" in row else ""
+        print(f"  {round_text}{row['config']}  concurrency {int(row['concurrency'])}: "
               f"{_cell(row['throughput_infer_per_sec'], 1)} infer/s, p{args.percentile} "
               f"{_cell(row[latency])} usec", flush=True)
 
+    replay_protocol = args.protocol if args.protocol in ("http", "grpc") else "http"
+    if args.replay_url is not None:
+        from triton_nb.perf.replay import connect_checked
+
+        # a server that cannot take the replay fails now, not after a sweep of minutes
+        connect_checked(args.replay_url, replay_protocol, list(dict.fromkeys((args.model, tuned)))).close()
     with perf_target(args) as target:
         where = args.url or f"an in-kernel server on {args.model_repository}"
         print(f"*** Tuning '{tuned}' (requests to '{args.model}' over {args.protocol}, {where}); "
@@ -190,7 +197,38 @@ def run_tune(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
         _save_figures(args.plots, figures)
     if result.interrupted:
         return 130
-    return 0 if result.recommended is not None else 1
+    if result.recommended is None:
+        return 1
+    if args.replay_url is not None:
+        return _replay(args, result, replay_protocol, on_point)
+    return 0
+
+
+def _replay(args: argparse.Namespace, result: Any, protocol: str, on_point: Callable[[dict[str, Any]], None]) -> int:
+    """``tune --replay-url``: the sweep's best configs on real Triton, both rankings side by side."""
+    from triton_nb.perf import replay
+
+    print(f"*** Replaying the top {args.replay_top} config(s) on {args.replay_url} over {protocol}, "
+          f"{args.replay_rounds} round(s), as the sweep measured them ***", flush=True)
+    outcome = replay(result, args.replay_url, top=args.replay_top, rounds=args.replay_rounds, protocol=protocol,
+                     progress=False, on_point=on_point)
+    _print_comparison(outcome.comparison, args.percentile)
+    for note in outcome.notes:
+        print(note)
+    print(outcome.summary())
+    return 130 if outcome.interrupted else 0
+
+
+def _print_comparison(comparison: Any, percentile: int) -> None:
+    headers = ("Config", "Sweep rank", "Sweep infer/s", f"Sweep p{percentile} usec", "Triton rank",
+               "Triton infer/s", f"Triton p{percentile} usec", "Meets")
+    latency = f"latency_p{percentile}_us"
+    rows = [(str(row["config"]) + (" (our pick)" if row["recommended"] else ""), _cell(row["sweep_rank"]),
+             _cell(row["sweep_throughput_infer_per_sec"], 1), _cell(row[f"sweep_{latency}"]),
+             _cell(row["triton_rank"]), _cell(row["triton_throughput_infer_per_sec"], 1),
+             _cell(row[f"triton_{latency}"]), "yes" if row["triton_feasible"] else "no")
+            for _, row in comparison.iterrows()]
+    _print_table(headers, rows)
 
 
 def _print_ranking(ranking: Any, latency: str, percentile: int) -> None:
@@ -198,7 +236,12 @@ def _print_ranking(ranking: Any, latency: str, percentile: int) -> None:
     rows = [(str(row["rank"]), str(row["config"]), "yes" if row["feasible"] else "no", str(int(row["concurrency"])),
              _cell(row["throughput_infer_per_sec"], 1), _cell(row[latency]), _cell(row["latency_p50_us"]))
             for _, row in ranking.iterrows()]
+    _print_table(headers, rows, left=1)
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0) -> None:
+    """Columns as wide as their widest cell, the config (column ``left``) left-aligned."""
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
-        print("  ".join(cell.ljust(width) if i == 1 else cell.rjust(width)
+        print("  ".join(cell.ljust(width) if i == left else cell.rjust(width)
                         for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
