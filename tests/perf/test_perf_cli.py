@@ -122,6 +122,23 @@ def test_perf_and_tune_by_url_print_the_config_instead_of_writing_it(repo, capsy
     assert (repo / "scale" / "config.pbtxt").read_text() == before
 
 
+def test_tune_replays_its_top_configs_on_a_server_by_url(repo, tmp_path, capsys):
+    """The whole --replay-url path against a second in-kernel server by URL (real Triton's own test
+    is tests/perf/test_real_triton_replay.py)."""
+    other = tmp_path / "other"
+    write_scale_model(other, extra="dynamic_batching { max_queue_delay_microseconds: 100 }")
+    with serve(other, http_port=0, network_model_control=True) as server:
+        url = server.endpoints["http"]
+        assert main(["tune", "-m", "scale", "--model-repository", str(repo), "--latency-budget-ms", "100",
+                     "--max-queue-delay-microseconds", "0,300", "--concurrency-range", "1", *SHORT,
+                     "--replay-url", url, "--replay-top", "1", "--replay-rounds", "1"]) == 0
+        delay = server.client().get_model_config("scale")["dynamic_batching"]["max_queue_delay_microseconds"]
+    printed = capsys.readouterr().out
+    assert "Triton rank" in printed and "(our pick)" in printed
+    assert re.search(rf"real Triton at {re.escape(url)} gives our pick 'delay_us=\d+' 1\.00 of the best", printed)
+    assert delay == 100  # the server's own config is back
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["perf", "-m", "scale", "--model-repository", "REPO"], r"--concurrency-range --request-rate-range is required"),
     (["perf", "-m", "scale", "--model-repository", "REPO", "--concurrency-range", "1", "--request-rate-range", "5"],
@@ -140,6 +157,10 @@ def test_perf_and_tune_by_url_print_the_config_instead_of_writing_it(repo, capsy
      r"--instance-count"),
     (["tune", "-m", "scale", "-u", "localhost:1", "--latency-budget-ms", "5", "--instance-count", "1,2",
       "--write-config"], r"--write-config needs --model-repository"),
+    (["tune", "-m", "scale", "--model-repository", "REPO", "--latency-budget-ms", "5", "--instance-count", "1",
+      "--replay-url", "127.0.0.1:1"], r"^triton-nb tune: error: replay on 127\.0\.0\.1:1: "),
+    (["tune", "-m", "scale", "--model-repository", "REPO", "--latency-budget-ms", "5", "--instance-count", "1",
+      "--replay-url", "127.0.0.1:1", "--replay-top", "0"], r"--replay-top"),
 ])
 def test_mistakes_exit_2_with_one_line(repo, capsys, argv, message):
     argv = [str(repo) if arg == "REPO" else arg for arg in argv]
