@@ -110,7 +110,6 @@ __all__ = [
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
-
 class BatchReason:
     """Why the dynamic batcher let a batch leave (beyond Triton, which does not count this): the
     ``reason`` label values of ``triton_nb_batch_count`` and the keys of ``triton_nb_batch_reasons``.
