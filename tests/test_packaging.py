@@ -45,6 +45,22 @@ def test_public_api_is_explicit():
             assert hasattr(module, name), f"{module.__name__}.{name}"
 
 
+def test_subpackages_load_on_first_use_and_names_that_left_the_api_warn():
+    code = ("import sys, triton_nb\n"
+            "assert 'triton_nb.perf' not in sys.modules\n"
+            "assert callable(triton_nb.perf.measure) and 'triton_nb.perf' in sys.modules\n"
+            "assert 'perf' in dir(triton_nb)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    with pytest.raises(AttributeError, match="no attribute 'perff'"):
+        triton_nb.perff  # noqa: B018 - the attribute access is the test
+    moved = {"DEFAULT_NUM_BOOST_ROUND": "triton_nb.fraud.train", "resolve_device": "triton_nb.fraud.train",
+             "US_STATE_CODES": "triton_nb.fraud.data"}
+    for name, home in moved.items():
+        assert name not in triton_nb.fraud.__all__
+        with pytest.warns(DeprecationWarning, match=f"import it from {home}"):
+            getattr(triton_nb.fraud, name)
+
+
 def test_every_data_file_in_the_package_is_declared_package_data():
     # setuptools puts only .py files in the wheel unless [tool.setuptools.package-data] names the
     # others, and an installed package without them fails where it reads them (the FIL shim: at compile)

@@ -7,6 +7,7 @@ from triton_nb import errors, fraud
 from triton_nb._version import __version__
 from triton_nb.client import InferResult, InProcessClient
 from triton_nb.errors import (
+    AlreadyExistsError,
     InvalidArgumentError,
     MissingDependencyError,
     ModelLoadFailedError,
@@ -26,7 +27,24 @@ def load_ipython_extension(ipython: object) -> None:
     load(ipython)
 
 
+# Subpackages imported on first use (``triton_nb.perf`` loads pandas and the measuring tools only then)
+_LAZY_SUBMODULES = ("notebook", "perf", "repository", "transport")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"triton_nb.{name}")
+    raise AttributeError(f"module 'triton_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
+
 __all__ = [
+    "AlreadyExistsError",
     "InProcessClient",
     "InferResult",
     "InferenceServer",
@@ -41,5 +59,7 @@ __all__ = [
     "__version__",
     "errors",
     "fraud",
+    "perf",
+    "repository",
     "serve",
 ]

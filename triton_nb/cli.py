@@ -77,8 +77,21 @@ def _add_training_options(
     parser.add_argument("--device", default="auto", help="auto (GPU when XGBoost sees one), cpu or cuda")
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="triton-nb", description=__doc__.splitlines()[0])
+    from triton_nb._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="triton-nb",
+        description="Train, export, serve and tune tabular models the way NVIDIA Triton does.",
+        epilog="Run 'triton-nb COMMAND --help' for a command's options. A mistake ends with one line on stderr "
+               "and exit status 2.")
+    parser.add_argument("--version", action="version", version=f"triton-nb {__version__}")
+    parser.add_argument("--log-level", type=str.upper, choices=_LOG_LEVELS, default="WARNING",
+                        help="how much of triton_nb's own log to print on stderr (default WARNING); "
+                             "serve's --log-* flags take over for the server")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="run the whole worked example headless")
@@ -89,10 +102,12 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--latency-budget-ms", type=float, default=10.0, help="p99 budget of the sweep (default 10)")
 
     generate = commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV")
-    generate.add_argument("--rows", type=_positive_int, required=True)
+    generate.add_argument("--rows", type=_positive_int, required=True, help="how many transactions to write")
     generate.add_argument("--out", type=Path, required=True, help="CSV file to write")
-    generate.add_argument("--fraud-rate", type=_fraction, default=0.02)
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--fraud-rate", type=_fraction, default=0.02,
+                          help="share of fraudulent transactions, 0..1 (default 0.02)")
+    generate.add_argument("--seed", type=int, default=0, help="random seed: the same seed writes the same rows "
+                                                                "(default 0)")
 
     train = commands.add_parser("train", help="train the fraud model and save it")
     train.add_argument("--out", type=Path, required=True,
@@ -631,8 +646,9 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--plots", type=Path, default=None, metavar="DIR",
                       help="write throughput_vs_latency.png, and knob_heatmap.png when two knobs vary, into DIR")
     replay = tune.add_argument_group(
-        "replay on real Triton", "after the sweep, measure its best configs again on a running tritonserver "
-        "(--model-control-mode=explicit), as the sweep measured them, and print both rankings side by side")
+        "replay on real Triton",
+        "after the sweep, measure its best configs again on a running tritonserver in explicit model control mode, "
+        "as the sweep measured them, and print both rankings side by side")
     replay.add_argument("--replay-url", default=None, metavar="HOST:PORT",
                         help="the tritonserver to replay on, reached over -i grpc, else http; checked before "
                              "the sweep starts, and left with its original config")
@@ -970,6 +986,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``triton-nb`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _build_parser().parse_args(argv)
+    if args.command != "serve":  # serve's --log-* flags set the server's logging as tritonserver's do
+        import logging
+
+        logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("triton_nb").setLevel(args.log_level)
     if args.command == "serve":
         at = argv.index("serve") + 1
         try:

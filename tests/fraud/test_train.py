@@ -22,10 +22,9 @@ from triton_nb.fraud import (
     label_array,
     plot_feature_importance,
     plot_precision_recall,
-    resolve_device,
     train_fraud_model,
 )
-from triton_nb.fraud.train import stratified_validation_mask
+from triton_nb.fraud.train import resolve_device, stratified_validation_mask
 
 
 def _cuda_devices_visible() -> int:

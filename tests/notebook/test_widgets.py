@@ -322,3 +322,27 @@ def test_the_payload_is_a_knob_of_measure_and_sweep(tmp_path):
         tuner.controls["protocol"].value = "inprocess"
         tuner.buttons["sweep"].click()  # the payload swept in-process: one line, nothing raised
         assert "in-process calls have no wire format" in status(tuner)
+
+
+def readout(tuner: Tuner) -> str:
+    """The batch-reasons line as text."""
+    return html.unescape(re.sub(r"<[^>]+>", "", tuner.batch_reasons.value))
+
+
+def test_why_batches_left_shows_under_the_queue_delay_knob(server):
+    stats = server.stats.model("scale", 1)  # counts as the batcher would have made them
+    for reason, rows, batches in (("max_queue_delay", 4, 6), ("max_batch_size", 8, 3), ("instance_free", 2, 1)):
+        for _ in range(batches):
+            stats.count_batch(reason, rows)
+    tuner = make_tuner(server)
+    knobs = list(tuner.widget.children[1].children[0].children)
+    assert knobs.index(tuner.batch_reasons) == knobs.index(tuner.controls["max_queue_delay_microseconds"]) + 1
+    assert readout(tuner) == "batches since load: 60% delay, 30% full, 10% free instance; mean 5.0 rows (10)"
+
+    tuner.controls["max_queue_delay_microseconds"].value = 0
+    tuner.buttons["apply"].click()
+    assert readout(tuner) == "batches since Apply: none yet"  # the new knobs' batches only
+    tuner.buttons["measure"].click()  # one request at a time, no delay: each leaves as the instance takes it
+    assert tuner.wait(20), status(tuner)
+    text = readout(tuner)
+    assert re.fullmatch(r"batches since Apply: 100% free instance; mean 1\.0 rows \([\d,]+\)", text), text

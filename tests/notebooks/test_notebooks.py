@@ -61,6 +61,13 @@ def test_03_serve_and_infer(workdir):
     assert "{'http': True, 'grpc': True}" in text  # tritonclient over both agrees with in-process
     assert "'failed': 0" in text and "server stopped; no threads left" in text
     assert re.search(r"ensemble\s+\d+\s+0\.75\b", text), text  # 48 of 64 repeated requests from the cache
+    # the AWS sample's two boto3 calls through the SageMaker endpoint agree, and the payloads were measured
+    assert "the same answers: True" in text
+    table = re.findall(r"^\s*(1|64)\s+(json|binary)\s+(\d+)\.0\s+(\d+)\.0\s+\d+\.0\s+0\s*$", text, re.MULTILINE)
+    assert [(rows, body) for rows, body, _, _ in table] == [("1", "json"), ("1", "binary"), ("64", "json"),
+                                                            ("64", "binary")], text
+    sent = {(rows, body): int(request) for rows, body, request, _ in table}
+    assert sent["64", "binary"] > sent["1", "binary"]
 
 
 def test_04_tune_batching(workdir):

@@ -7,22 +7,28 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from tests.helpers.waiting import wait_until
 from triton_nb.errors import InternalError, UnavailableError
 from triton_nb.server.batcher import WORKER_TIMER_SLACK_NS, QueuePolicy, Scheduler, SchedulerSettings
+from triton_nb.server.stats import ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 
 class FakeClock:
-    """A clock that stands still until the test moves it (ns, like ``time.monotonic_ns``)."""
+    """A clock that stands still until the test moves it (ns, like ``time.monotonic_ns``); it
+    notes the threads that read it."""
 
     def __init__(self) -> None:
         self.now_ns = 0
+        self.readers: set[str] = set()
 
     def __call__(self) -> int:
+        self.readers.add(threading.current_thread().name)
         return self.now_ns
 
 
@@ -66,8 +72,8 @@ def submit(scheduler: Scheduler, req: InferRequest) -> Future:
 
 
 def make(settings: SchedulerSettings, recorder: Recorder, instances: int = 1, start: bool = True,
-         clock: Callable[[], int] = time.monotonic_ns) -> Scheduler:
-    scheduler = Scheduler("m", 1, settings, recorder, clock_ns=clock)
+         clock: Callable[[], int] = time.monotonic_ns, stats: ModelStats | None = None) -> Scheduler:
+    scheduler = Scheduler("m", 1, settings, recorder, clock_ns=clock, stats=stats)
     if start:
         for i in range(instances):
             scheduler.add_instance(object(), f"w{i}")
@@ -327,3 +333,129 @@ def test_workers_ask_for_timed_waits_that_end_on_time():
     assert submit(scheduler, request("a")).result(timeout=30)
     scheduler.stop()
     assert seen == [WORKER_TIMER_SLACK_NS]
+
+
+# ---------------------------------------------------------------------- why a batch left (beyond Triton)
+class Held(Recorder):
+    """A Recorder whose batches wait for ``release``; ``running`` is set once one has started."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        super().__init__(clock=clock)
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, instance, requests):
+        self.running.set()
+        assert self.release.wait(WAIT_S), "the test never released the batch"
+        return super().__call__(instance, requests)
+
+
+def counting(settings: SchedulerSettings, backend: type[Recorder] = Recorder, start: bool = True
+             ) -> tuple[Scheduler, ModelStats, Recorder, FakeClock]:
+    """A scheduler on a frozen clock that counts into fresh stats (its instance "w0" started or not)."""
+    clock = FakeClock()
+    stats = ModelStats("m", 1)
+    recorder = backend(clock=clock)
+    return make(settings, recorder, start=start, clock=clock, stats=stats), stats, recorder, clock
+
+
+def delayed(delay_us: int) -> SchedulerSettings:
+    return SchedulerSettings(max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=delay_us)
+
+
+def counted(stats: ModelStats) -> dict[str, dict[int, int]]:
+    """The reasons that were counted: reason -> {rows: batches}."""
+    return {reason: sizes for reason, sizes in stats.batch_reasons().items() if sizes}
+
+
+def settle(futures: list[Future]) -> None:
+    done, _ = wait(futures, timeout=WAIT_S)
+    assert len(done) == len(futures), "a request was never answered"
+
+
+def test_a_full_batch_and_rows_that_do_not_fit_count_as_max_batch_size():
+    # the clock is frozen: the 2 s delay never runs out, so it cannot be why a batch left
+    scheduler, stats, recorder, clock = counting(DYNAMIC, start=False)
+    # 8 rows: full; 5 rows, then 4 that would not fit beside them; the 4 wait for the delay
+    futures = [submit(scheduler, request(rid, rows=rows, clock=clock)) for rid, rows in (("a", 8), ("b", 5), ("c", 4))]
+    scheduler.add_instance(object(), "w0")
+    settle(futures[:2])
+    assert not futures[2].done()
+    scheduler.stop(drain=True)  # the unloading drains the 4 rows without waiting for the delay
+    settle(futures)
+    assert recorder.rows == [8, 5, 4]
+    assert counted(stats) == {"max_batch_size": {8: 1, 5: 1}, "draining": {4: 1}}
+
+
+def test_a_preferred_size_and_max_batch_size_beside_preferred_sizes():
+    scheduler, stats, recorder, clock = counting(replace(DYNAMIC, preferred_batch_size=(2, 6)), start=False)
+    # 3 + 3 reach 6, a preferred size; then 1 row that 8 more cannot join; then 8, no preferred
+    # size but max_batch_size
+    futures = [submit(scheduler, request(rid, rows=rows, clock=clock))
+               for rid, rows in (("a", 3), ("b", 3), ("c", 1), ("d", 8))]
+    scheduler.add_instance(object(), "w0")
+    settle(futures)
+    scheduler.stop()
+    assert recorder.batches == [["a", "b"], ["c"], ["d"]]
+    assert counted(stats) == {"preferred_batch_size": {6: 1}, "max_batch_size": {1: 1, 8: 1}}
+
+
+def test_a_batch_held_until_the_delay_runs_out_counts_as_max_queue_delay():
+    scheduler, stats, _, clock = counting(delayed(600_000))
+    wait_until(lambda: "w0" in clock.readers, "the instance to take the forming turn")
+    future = submit(scheduler, request("alone", rows=2, clock=clock))
+    clock.now_ns = 650 * MS  # the delay (600 ms from the request) runs out while the instance waits
+    settle([future])
+    scheduler.stop()
+    assert counted(stats) == {"max_queue_delay": {2: 1}}
+
+
+def test_a_delay_spent_while_the_instance_was_busy_counts_as_instance_free():
+    scheduler, stats, recorder, clock = counting(delayed(100_000), backend=Held)
+    assert isinstance(recorder, Held)
+    first = submit(scheduler, request("full", rows=8, clock=clock))
+    assert recorder.running.wait(WAIT_S)
+    queued = submit(scheduler, request("queued", clock=clock))
+    clock.now_ns = 200 * MS  # its delay (100 ms) runs out while the only instance is busy
+    recorder.release.set()
+    settle([first, queued])
+    scheduler.stop()
+    assert recorder.batches == [["full"], ["queued"]]
+    assert counted(stats) == {"max_batch_size": {8: 1}, "instance_free": {1: 1}}
+
+
+def test_no_delay_counts_as_instance_free_even_for_a_waiting_instance():
+    scheduler, stats, _, clock = counting(delayed(0))
+    wait_until(lambda: "w0" in clock.readers, "the instance to take the forming turn")
+    clock.now_ns = 5 * MS  # the request arrives after the instance began to wait for one
+    settle([submit(scheduler, request("a", rows=3, clock=clock))])
+    scheduler.stop()
+    assert counted(stats) == {"instance_free": {3: 1}}
+
+
+def test_a_request_of_another_shape_sends_the_batch_before_it():
+    scheduler, stats, recorder, clock = counting(delayed(0), start=False)
+    futures = [submit(scheduler, request(rid, width=width, clock=clock))
+               for rid, width in (("a", 2), ("b", 3), ("c", 3))]
+    scheduler.add_instance(object(), "w0")
+    settle(futures)
+    scheduler.stop()
+    assert recorder.batches == [["a"], ["b", "c"]]
+    assert counted(stats) == {"different_shape": {1: 1}, "instance_free": {2: 1}}
+
+
+def test_without_dynamic_batching_each_request_counts_alone_and_a_rejected_one_not_at_all():
+    scheduler, stats, _, clock = counting(SchedulerSettings(max_batch_size=8), start=False)
+    futures = [submit(scheduler, request(str(rows), rows=rows, clock=clock)) for rows in (2, 1, 3)]
+    scheduler.add_instance(object(), "w0")
+    settle(futures)
+    scheduler.stop()
+    assert counted(stats) == {"no_dynamic_batching": {2: 1, 1: 1, 3: 1}}
+
+    scheduler, stats, _, clock = counting(DYNAMIC, start=False)
+    too_big = submit(scheduler, request("big", rows=4, clock=clock))
+    scheduler.update(max_batch_size=2)  # lowered after it was queued: it is failed, never batched
+    scheduler.add_instance(object(), "w0")
+    assert too_big.exception(timeout=WAIT_S) is not None
+    scheduler.stop()
+    assert counted(stats) == {}

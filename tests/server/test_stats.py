@@ -11,7 +11,16 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.stats import FAILURE_REASONS, ModelStats, ServerStats, exposition
+from triton_nb.server.stats import (
+    BATCH_COUNT_FAMILY,
+    BATCH_REASONS,
+    BATCH_REASONS_KEY,
+    BATCH_SIZE_FAMILY,
+    FAILURE_REASONS,
+    ModelStats,
+    ServerStats,
+    exposition,
+)
 
 TRITON_FAMILIES = {
     "nv_inference_request_success": "counter",
@@ -48,7 +57,8 @@ def test_model_json_has_tritons_fields_and_values():
     _scripted(stats)
     data = stats.to_json()
     assert list(data) == ["name", "version", "last_inference", "inference_count", "execution_count",
-                          "inference_stats", "response_stats", "batch_stats", "memory_usage"]
+                          "inference_stats", "response_stats", "batch_stats", "memory_usage",
+                          BATCH_REASONS_KEY]  # Triton's, then ours
     assert data["name"] == "fraud" and data["version"] == "2"
     assert before <= data["last_inference"] <= time.time_ns() // 1_000_000
     assert data["inference_count"] == 7  # successful requests' rows: 2 + 1 + 4
@@ -72,13 +82,19 @@ def test_model_json_has_tritons_fields_and_values():
          "compute_output": {"count": 1, "ns": 1_000}},
     ]
     assert data["memory_usage"] == []
+    # the batcher counts why batches left; these were recorded by hand, not formed by it
+    assert data[BATCH_REASONS_KEY] == {reason: {"count": 0, "rows": 0} for reason in BATCH_REASONS}
 
 
 def test_json_parses_as_tritons_grpc_model_statistics():
-    """The JSON form fits tritonclient's ModelStatistics message with no unknown field."""
+    """The JSON form fits tritonclient's ModelStatistics message with no unknown field but ours,
+    which the message has no field for (the gRPC front end leaves it out)."""
     server = ServerStats()
     _scripted(server.model("fraud", 1))
     (stat,) = server.statistics()["model_stats"]
+    with pytest.raises(json_format.ParseError, match=BATCH_REASONS_KEY):
+        json_format.ParseDict(stat, service_pb2.ModelStatistics())
+    del stat[BATCH_REASONS_KEY]
     message = json_format.ParseDict(stat, service_pb2.ModelStatistics())
     assert message.inference_stats.success.count == 3 and message.batch_stats[1].batch_size == 4
 
@@ -129,7 +145,8 @@ def test_prometheus_text_uses_tritons_exact_names_labels_and_values():
         assert f"# TYPE {name} {kind}\n" in text
         assert re.search(rf"^# HELP {name} \S", text, re.MULTILINE)
     families = re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE)
-    assert families == list(TRITON_FAMILIES)  # in Triton's registration order, nothing else
+    # in Triton's registration order, then ours (beyond Triton), nothing else
+    assert families == [*TRITON_FAMILIES, BATCH_COUNT_FAMILY, BATCH_SIZE_FAMILY]
     labels = 'model="fraud",version="1"'
     assert _sample(text, "nv_inference_request_success", labels) == "3"
     assert _sample(text, "nv_inference_count", labels) == "7"

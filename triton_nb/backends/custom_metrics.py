@@ -81,12 +81,13 @@ class Histogram:
         self.count = 0
         self.sum = 0.0
 
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.sum += value
+    def observe(self, value: float, times: int = 1) -> None:
+        """``value`` observed ``times`` times (a histogram rebuilt from counts at scrape time)."""
+        self.count += times
+        self.sum += value * times
         for i, bound in enumerate(self.bounds):
             if value <= bound:
-                self.counts[i] += 1
+                self.counts[i] += times
                 break
 
     def copy(self) -> Histogram:

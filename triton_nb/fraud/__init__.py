@@ -14,7 +14,6 @@ from triton_nb.fraud.data import (
     LABEL_COLUMN,
     RAW_INPUT_COLUMNS,
     TABFORMER_COLUMNS,
-    US_STATE_CODES,
     generate_transactions,
     label_array,
     load_tabformer_csv,
@@ -29,10 +28,9 @@ from triton_nb.fraud.evaluate import (
     plot_precision_recall,
 )
 from triton_nb.fraud.features import ENCODED_COLUMNS, FEATURE_NAMES, UNKNOWN, FraudPreprocessor, request_tensors
-from triton_nb.fraud.train import DEFAULT_NUM_BOOST_ROUND, TrainedFraudModel, resolve_device, train_fraud_model
+from triton_nb.fraud.train import TrainedFraudModel, train_fraud_model
 
 __all__ = [
-    "DEFAULT_NUM_BOOST_ROUND",
     "ENCODED_COLUMNS",
     "FEATURE_NAMES",
     "LABEL_COLUMN",
@@ -40,7 +38,6 @@ __all__ = [
     "RAW_INPUT_COLUMNS",
     "TABFORMER_COLUMNS",
     "UNKNOWN",
-    "US_STATE_CODES",
     "FraudPreprocessor",
     "TrainedFraudModel",
     "confusion_matrix_frame",
@@ -52,7 +49,21 @@ __all__ = [
     "plot_feature_importance",
     "plot_precision_recall",
     "request_tensors",
-    "resolve_device",
     "train_fraud_model",
     "write_tabformer_csv",
 ]
+
+# Internals that were exported by mistake: still reachable here, with a warning, for one release
+_MOVED = {"DEFAULT_NUM_BOOST_ROUND": "triton_nb.fraud.train", "resolve_device": "triton_nb.fraud.train",
+          "US_STATE_CODES": "triton_nb.fraud.data"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(f"triton_nb.fraud.{name} is not public and leaves triton_nb.fraud in the next release; "
+                      f"import it from {_MOVED[name]} if you need it", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'triton_nb.fraud' has no attribute {name!r}")

@@ -22,6 +22,11 @@ message compression) and compressed answers (HTTP):
 * **Save config** writes ``config.pbtxt`` into the repository folder of the tuned model: the sweep's
   recommendation when the latest action was a sweep that found one, else the knobs in force.
 
+Under the queue delay knob, one line says why the tuned model's batches left — the shares of the
+batcher's reasons (the statistics' ``triton_nb_batch_reasons``) and the mean rows per batch — since
+the last Apply (before any, since the model loaded): "batches since Apply: 62% delay, 30% full,
+8% free instance; mean 37.0 rows (1,204)". It is read again with each measured point and at Apply.
+
 One background action at a time: a click while one runs is ignored, with a message. Errors (bad
 input, refused knobs, a failed measurement) show as one line in the status and are never raised
 from a callback or lost in a thread. Plots use Matplotlib's object API (no pyplot state) and are
@@ -46,6 +51,7 @@ from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.measure import WIRE_OPTIONS, measure
 from triton_nb.perf.plots import plot_throughput_vs_latency
 from triton_nb.perf.tune import BATCHING_KNOBS, CLIENT_KNOBS, config_label, config_with_knobs, knobs_of, tune
+from triton_nb.server.stats import BATCH_REASONS_KEY, BatchReason
 
 __all__ = ["FIL_OPTIONS", "Tuner"]
 
@@ -59,6 +65,16 @@ _FIL_DEFAULTS = {"storage_type": "AUTO", "algo": "ALGO_AUTO", "layout": "depth_f
 _POINT_COLUMNS = ["config", "knobs", "source", "protocol", "concurrency", "request_rate",
                   "throughput_infer_per_sec", "latency_p50_us", "latency_p99_us", "errors"]
 _MAX_INSTANCES = 8
+#: How the batch readout names each reason (short, to fit beside the knobs).
+_REASON_LABELS = {
+    BatchReason.MAX_BATCH_SIZE: "full", BatchReason.PREFERRED_BATCH_SIZE: "preferred size",
+    BatchReason.MAX_QUEUE_DELAY: "delay", BatchReason.INSTANCE_FREE: "free instance",
+    BatchReason.DIFFERENT_SHAPE: "other shape", BatchReason.DRAINING: "draining",
+    BatchReason.NO_DYNAMIC_BATCHING: "unbatched",
+}
+_REASONS_TIP = ("why each batch left: full = max_batch_size reached (or the next request did not fit), delay = "
+                "max_queue_delay_microseconds ran out, free instance = an instance took the queue as it was (delay 0, "
+                "or spent while every instance was busy)")
 _MAX_CONCURRENCY = 64
 
 
@@ -115,6 +131,8 @@ class Tuner:
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._running = ""
+        # the batch reasons' totals at the last Apply (None: count from the load)
+        self._reasons_at_apply: dict[str, tuple[int, int]] | None = None
         self.figure = Figure(figsize=(6.4, 3.6))
         self._build()
         self._redraw()
@@ -222,9 +240,10 @@ class Tuner:
         self.status = w.HTML(value=self._html(self.message))
         self.image = w.Image(format="png", layout=w.Layout(width="600px"))
         self.table = w.HTML(value="")
+        self.batch_reasons = w.HTML(value="", layout=w.Layout(width="420px"))
         title = self.model if self.tuned_model == self.model else f"{self.model} (tuning {self.tuned_model})"
-        knob_box = w.VBox([c[n] for n in ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size",
-                                          "instance_count", "response_cache")]
+        knob_box = w.VBox([c["max_batch_size"], c["max_queue_delay_microseconds"], self.batch_reasons]
+                          + [c[n] for n in ("preferred_batch_size", "instance_count", "response_cache")]
                           + [c[n] for n in c if n.startswith("parameters.")])
         load_box = w.VBox([c[n] for n in ("load", "concurrency", "request_rate", "protocol",
                                           "measurement_interval_ms", "max_trials", "repeat_ratio", "sweep_delays",
@@ -385,6 +404,7 @@ class Tuner:
         self.result = None
         if not reload:
             now = update()
+            self._count_reasons_from_now()
             self._say(f"applied to {self.tuned_model}: {config_label(self._shown(now))}")
             return
 
@@ -393,6 +413,7 @@ class Tuner:
             config = config_with_knobs(self.server.model_config_json(self.tuned_model), reload)
             self.server.load_model(self.tuned_model, config=config)  # swapped in when ready: nothing dropped
             now = update()
+            self._count_reasons_from_now()
             self._say(f"applied to {self.tuned_model}: {config_label({**self._shown(now), **reload})}")
 
         self._start("reload", work)
@@ -539,6 +560,46 @@ class Tuner:
             figure.savefig(buffer, format="png", dpi=80)
         self.image.value = buffer.getvalue()
         self.table.value = self._table_html(points)
+        self._show_batch_reasons()
+
+    # ------------------------------------------------------------------ why batches left
+    def _reason_totals(self) -> dict[str, tuple[int, int]]:
+        """reason -> (batches, rows) of the tuned model, all its versions, since they loaded."""
+        totals: dict[str, tuple[int, int]] = {}
+        for entry in self.server.statistics(self.tuned_model)["model_stats"]:
+            for reason, counted in entry.get(BATCH_REASONS_KEY, {}).items():
+                batches, rows = totals.get(reason, (0, 0))
+                totals[reason] = (batches + counted["count"], rows + counted["rows"])
+        return totals
+
+    def _count_reasons_from_now(self) -> None:
+        """The readout counts from this Apply on: the batches that the new knobs formed."""
+        self._reasons_at_apply = self._reason_totals()
+        self._show_batch_reasons()
+
+    def _show_batch_reasons(self) -> None:
+        try:
+            totals = self._reason_totals()
+        except InvalidArgumentError as exc:  # not serving now: say so where the shares would be
+            self.batch_reasons.value = self._html(f"batches: {_one_line(exc)}")
+            return
+        since = self._reasons_at_apply
+        if since is not None and any(n < since.get(reason, (0, 0))[0] for reason, (n, _) in totals.items()):
+            since = None  # reloaded since the Apply, outside the panel: its counts start again from the load
+        if since is not None:
+            totals = {reason: (n - since.get(reason, (0, 0))[0], rows - since.get(reason, (0, 0))[1])
+                      for reason, (n, rows) in totals.items()}
+        batches = sum(n for n, _ in totals.values())
+        when = "since Apply" if since is not None else "since load"
+        if not batches:
+            text = f"batches {when}: none yet"
+        else:
+            shares = sorted(((n, reason) for reason, (n, _) in totals.items() if n > 0), reverse=True)
+            parts = ", ".join(f"{100 * n / batches:.0f}% {_REASON_LABELS.get(reason, reason)}" for n, reason in shares)
+            rows = sum(r for _, r in totals.values())
+            text = f"batches {when}: {parts}; mean {rows / batches:.1f} rows ({batches:,})"
+        self.batch_reasons.value = (f'<span style="font-size:85%;color:#555" title="{html.escape(_REASONS_TIP)}">'
+                                    f"{html.escape(text)}</span>")
 
     @staticmethod
     def _table_html(points: pd.DataFrame) -> str:

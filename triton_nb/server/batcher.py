@@ -36,6 +36,29 @@ failure with its reason (``REJECTED``: it never ran — a timeout, a stop, a low
 ``max_batch_size``; ``BACKEND``: the model failed it; ``CANCELED``: the caller gave up, or the
 request was cancelled while queued, and it fails with RequestCancelledError). No
 per-request callback is needed for that.
+
+Why a batch left (beyond Triton)
+--------------------------------
+Each batch the forming worker takes is counted with its rows (as formed: a request cancelled
+while queued still counts in it) and one :class:`~triton_nb.server.stats.BatchReason`, decided in
+:meth:`Scheduler._form` where the batch is chosen, the first that holds in this order:
+
+* ``no_dynamic_batching`` — no dynamic batching (or ``max_batch_size`` 0): the request runs alone;
+* ``preferred_batch_size`` — the rows reached a preferred size (with ``preferred_batch_size``
+  set; without it, reaching ``max_batch_size`` is the one target and counts as the next reason);
+* ``max_batch_size`` — the batch holds ``max_batch_size`` rows, or the next queued request has the
+  batch's shapes but its rows would not fit;
+* ``different_shape`` — the next queued request has other non-batch dims (or inputs), so it
+  cannot join, and nothing is left to wait for;
+* ``draining`` — the model is unloading and its queue drains without waiting for the delay;
+* ``max_queue_delay`` — the batch was held open for ``max_queue_delay_microseconds`` after its
+  oldest request, and that ran out: the delay fell due after this worker took the forming turn;
+* ``instance_free`` — an instance took the queue as it was, short of a batch, with nothing to wait
+  for: the delay is 0, or it fell due before the worker came to form the batch, while every
+  instance was busy (those requests waited for an instance, not for the delay).
+
+A request rejected in the queue (a timeout, a lowered ``max_batch_size``) forms no batch and is
+not counted. The sequence batcher forms its batches its own way and counts none here.
 """
 
 from __future__ import annotations
@@ -66,7 +89,7 @@ from triton_nb.errors import (
     UnavailableError,
 )
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.stats import BatchReason, ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "after_batch"]
@@ -415,8 +438,10 @@ class Scheduler:
         ordered.extend(self._delayed)
         return ordered
 
-    def _take(self, chosen: list[_Pending]) -> None:
-        self._queued_rows -= sum(p.rows for p in chosen)
+    def _take(self, chosen: list[_Pending]) -> int:
+        """Take ``chosen`` off the queues (under _cond); returns its rows."""
+        rows = sum(p.rows for p in chosen)
+        self._queued_rows -= rows
         self._with_deadline -= sum(1 for p in chosen if p.deadline_ns)
         # A batch is nearly always the front of one queue, in order: pop it. Otherwise (it spans
         # priority levels or the delayed requests) rebuild the queues without it.
@@ -426,12 +451,13 @@ class Scheduler:
                 if len(queue) >= len(chosen) and all(queue[i] is p for i, p in enumerate(chosen)):
                     for _ in chosen:
                         queue.popleft()
-                    return
+                    return rows
                 break
         ids = {id(p) for p in chosen}
         for level in self._queues:
             self._queues[level] = deque(p for p in self._queues[level] if id(p) not in ids)
         self._delayed = deque(p for p in self._delayed if id(p) not in ids)
+        return rows
 
     def _exit_due(self, worker: _Worker) -> bool:
         return worker.retire or (self._stopping and not self._ordered())
@@ -451,11 +477,16 @@ class Scheduler:
                 self._cond.notify_all()
 
     def _form(self, worker: _Worker) -> list[_Pending] | None:
-        """Form the next batch (this worker holds the turn and ``_cond``)."""
+        """Form the next batch (this worker holds the turn and ``_cond``) and count why it leaves."""
+        # when this worker took the forming turn: a delay that fell due before it held no batch
+        # back (the requests waited for an instance), one that fell due after it did
+        turn_ns = -1
         while True:
             if self._exit_due(worker):
                 return None
             now = self._clock_ns()
+            if turn_ns < 0:
+                turn_ns = now
             self._expire(now)
             queued = self._ordered()
             if not queued:
@@ -463,8 +494,9 @@ class Scheduler:
                 continue
             settings = self._settings
             if not settings.dynamic_batching or settings.max_batch_size == 0:
-                self._take(queued[:1])
-                return queued[:1]
+                chosen = queued[:1]
+                self._count_batch(BatchReason.NO_DYNAMIC_BATCHING, self._take(chosen))
+                return chosen
             limit = settings.max_batch_size
             first = queued[0]
             if first.rows > limit:  # max_batch_size was lowered after it was queued
@@ -489,21 +521,40 @@ class Scheduler:
                 if pending.request.arrival_ns < oldest:
                     oldest = pending.request.arrival_ns
             blocked = count < len(queued)  # the next request cannot join: nothing to wait for
+            # (the three branches after the first send the same batch: their order only picks the reason)
             if reached:
                 chosen = queued[:reached]
-            elif self._stopping or blocked or rows >= limit:
+                reason = (BatchReason.PREFERRED_BATCH_SIZE if settings.preferred_batch_size
+                          else BatchReason.MAX_BATCH_SIZE)
+            elif rows >= limit:
                 chosen = queued[:count]
+                reason = BatchReason.MAX_BATCH_SIZE
+            elif blocked:
+                chosen = queued[:count]
+                following = queued[count].shapes
+                reason = (BatchReason.DIFFERENT_SHAPE if following is not shapes and following != shapes
+                          else BatchReason.MAX_BATCH_SIZE)
+            elif self._stopping:
+                chosen = queued[:count]
+                reason = BatchReason.DRAINING
             else:
                 due = oldest + settings.max_queue_delay_microseconds * 1000
                 if now >= due:
                     chosen = queued[:count]
+                    # held for the delay only if it fell due while this worker was forming
+                    reason = (BatchReason.MAX_QUEUE_DELAY if settings.max_queue_delay_microseconds and due > turn_ns
+                              else BatchReason.INSTANCE_FREE)
                 else:
                     deadlines = [p.deadline_ns for p in queued if p.deadline_ns] if self._with_deadline else []
                     wake = min([due, *deadlines])
                     self._cond.wait(timeout=max(wake - now, 0) / 1e9)
                     continue
-            self._take(chosen)
+            self._count_batch(reason, self._take(chosen))
             return chosen
+
+    def _count_batch(self, reason: str, rows: int) -> None:
+        if self._stats is not None:
+            self._stats.count_batch(reason, rows)
 
     # ------------------------------------------------------------------ running
     def _work(self, worker: _Worker) -> None:

@@ -88,10 +88,10 @@ class ServerSettings:
         what was bound). None leaves it off: in-process calls need no network.""",
         flag="--http-port", group="HTTP", parse="port", cli_default=8000, cli="off with --allow-http=false")
     grpc_port: int | None = _setting(
-        None, """Serve Triton's gRPC API on this port (0 picks a free one; None: off).""",
+        None, """Serve Triton's gRPC API on this port (0 picks a free one). Off by default in process (``None``).""",
         flag="--grpc-port", group="gRPC", parse="port", cli_default=8001, cli="off with --allow-grpc=false")
     metrics_port: int | None = _setting(
-        None, """Serve Prometheus metrics on this port (0 picks a free one; None: off).""",
+        None, """Serve Prometheus metrics on this port (0 picks a free one). Off by default in process (``None``).""",
         flag="--metrics-port", group="Metrics", parse="port", cli_default=8002, cli="off with --allow-metrics=false")
     http_address: str = _setting(
         "127.0.0.1", """The interface HTTP listens on; 0.0.0.0 serves beyond this machine (a warning is logged
