@@ -126,7 +126,7 @@ def replay(
         raise InvalidArgumentError(f"replay: top must be >= 1, got {top}")
     if rounds < 1:
         raise InvalidArgumentError(f"replay: rounds must be >= 1, got {rounds}")
-    configs = replayed_configs(result, top)
+    configs = replayed_configs(result.ranking, settings.knob_names, result.recommended, top)
     if protocol is None:
         protocol = settings.protocol if settings.protocol in ("http", "grpc") else "http"
     transport = connect_checked(url, protocol, (settings.model, *settings.tuned_models))
@@ -184,17 +184,16 @@ def replay(
         interrupted=interrupted, notes=notes)
 
 
-def replayed_configs(result: TuneResult, top: int) -> list[tuple[str, dict[str, Any]]]:
-    """(label, knob values) of the sweep's ``top`` configs that met the constraints, in its order,
-    and its recommended config (the first of them when it ranks first)."""
-    assert result.settings is not None and result.recommended is not None
-    names = result.settings.knob_names
-    feasible = result.ranking[result.ranking["feasible"].astype(bool)].head(top)
-    configs = [(str(row["config"]), {n: _plain(row[n]) for n in names if not _missing(row[n])})
+def replayed_configs(ranking: pd.DataFrame, knob_names: Sequence[str], recommended: dict[str, Any],
+                     top: int) -> list[tuple[str, dict[str, Any]]]:
+    """(label, knob values) of a sweep ranking's ``top`` configs that met the constraints, in its
+    order, and the ``recommended`` knob values (the first of them when they rank first)."""
+    feasible = ranking[ranking["feasible"].astype(bool)].head(top)
+    configs = [(str(row["config"]), {n: _plain(row[n]) for n in knob_names if not _missing(row[n])})
                for _, row in feasible.iterrows()]
-    recommended = config_label(result.recommended)
-    if recommended not in [label for label, _ in configs]:
-        configs.insert(0, (recommended, dict(result.recommended)))
+    label = config_label(recommended)
+    if label not in [known for known, _ in configs]:
+        configs.insert(0, (label, dict(recommended)))
     return configs
 
 
@@ -254,8 +253,8 @@ def compare_rankings(sweep: pd.DataFrame, triton: pd.DataFrame, labels: Sequence
             found = ranking[ranking["config"] == label] if not ranking.empty else ranking
             for column, name in columns.items():
                 row[f"{side}_{name}"] = found.iloc[0][column] if not found.empty else math.nan
-        found = triton[triton["config"] == label] if not triton.empty else triton
-        row["triton_feasible"] = bool(found.iloc[0]["feasible"]) if not found.empty else False
+            if side == "triton":  # a config interrupted before it was measured there met nothing
+                row["triton_feasible"] = bool(found.iloc[0]["feasible"]) if not found.empty else False
         rows.append(row)
     return pd.DataFrame(rows)
 
