@@ -64,6 +64,8 @@ def test_an_inference_type_other_than_infer_is_refused_in_one_line(tmp_path: Pat
     assert main(["serve", f"--model-repository={repo}", "--allow-sagemaker=true"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "SAGEMAKER_TRITON_INFERENCE_TYPE 'generate'" in err
+    # what the start script exports is for the command's run, never left in the caller's process
+    assert "SAGEMAKER_TRITON_PING_MODE" not in os.environ and "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME" not in os.environ
 
 
 @contextmanager

@@ -844,12 +844,13 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
         if args.url is None:
             from triton_nb import serve
 
-            if args.protocol == "sagemaker":  # /invocations serves the model measured, as the container would
-                os.environ["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = args.model
-            server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
-                           http_port=0 if args.protocol == "http" else None,
-                           grpc_port=0 if args.protocol == "grpc" else None,
-                           allow_sagemaker=args.protocol == "sagemaker", sagemaker_port=0)
+            # /invocations serves the model measured, as the container would with this variable
+            sagemaker = {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": args.model} if args.protocol == "sagemaker" else {}
+            with _environment(sagemaker):
+                server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
+                               http_port=0 if args.protocol == "http" else None,
+                               grpc_port=0 if args.protocol == "grpc" else None,
+                               allow_sagemaker=bool(sagemaker), sagemaker_port=0)
         transport = connect(args.url or server, args.protocol)
         transport.model_config(args.model)  # an unreachable server or unknown model fails here, before any output
         yield transport
@@ -939,6 +940,22 @@ def _sagemaker_start(argv: list[str], environ: MutableMapping[str, str]) -> list
     return derived
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the process environment while the block runs (the server reads the SageMaker
+    variables when it is made), as they were before afterwards: ``main`` may run in a caller's process."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _flag_value(argv: list[str], flag: str) -> str | None:
     """The value of ``flag`` in a command line (``--flag=value`` or ``--flag value``), the last one given."""
     value = None
@@ -991,12 +1008,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
         logging.getLogger("triton_nb").setLevel(args.log_level)
+    exported: dict[str, str] = {}  # what the SageMaker start script exports, for this command's run
     if args.command == "serve":
         at = argv.index("serve") + 1
         try:
             multi_model = args.allow_sagemaker and os.environ.get("SAGEMAKER_MULTI_MODEL") == "true"
             given = _serve_archive(argv[at:], multi_model)
-            derived = _sagemaker_start(given, os.environ) if args.allow_sagemaker else []
+            environ = dict(os.environ)
+            derived = _sagemaker_start(given, environ) if args.allow_sagemaker else []
+            exported = {name: value for name, value in environ.items() if os.environ.get(name) != value}
         except TritonNBError as exc:
             print(f"triton-nb serve: error: {exc}", file=sys.stderr)
             return 2
@@ -1006,7 +1026,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "check"):
         args.check(args)
     try:
-        status = handlers[args.command](args)
+        with _environment(exported):
+            status = handlers[args.command](args)
     except TritonNBError as exc:
         print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)
         return 2

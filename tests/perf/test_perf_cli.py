@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -78,10 +79,12 @@ def test_perf_request_rate_over_http_with_a_repository(repo, tmp_path, capsys):
     assert len(lines) == 3
 
 
-def test_perf_over_sagemakers_invocations_with_json_bodies(repo, capsys, monkeypatch):
-    monkeypatch.delenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", raising=False)  # set for the run, as the container
+def test_perf_over_sagemakers_invocations_with_json_bodies(repo, capsys):
+    before = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
     assert main(["perf", "-m", "scale", "--model-repository", str(repo), "-i", "sagemaker", "--concurrency-range",
                  "1", "--input-tensor-format", "json", "--output-tensor-format", "json", *SHORT]) == 0
+    # set while the server was made, as the container's variable; not left behind in this process
+    assert os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") == before
     printed = capsys.readouterr().out
     assert "over sagemaker" in printed
     (row,) = _table(printed, "Concurrency")
