@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -354,3 +355,17 @@ def test_a_cancelled_ainfer_cancels_its_request(gated):
     assert asyncio.run(main()) == ([2.0], True)
     _until(lambda: server.statistics("gated")["model_stats"][0]["inference_stats"]["fail"]["count"] == 1,
            "the cancelled request counted as failed")
+
+
+def test_async_infer_and_ainfer_take_infers_keywords_and_refuse_a_misspelt_one(small):
+    client = small.client()
+    frame = _xs([1.0, 2.0])
+    pending = client.async_infer("double", frame, outputs=["Y"], model_version="1", request_id="r-1")
+    result = pending.get_result(timeout=30)
+    assert result.get_response()["id"] == "r-1" and result.get_response()["model_version"] == "1"
+    with pytest.raises(TypeError, match="model_versoin"):
+        client.async_infer("double", frame, model_versoin="1")  # before, silently ignored
+    answer = asyncio.run(client.ainfer("double", frame, request_id="r-2"))
+    assert answer.get_response()["id"] == "r-2"
+    with pytest.raises(TypeError, match="request_ide"):
+        asyncio.run(client.ainfer("double", frame, request_ide="r-3"))

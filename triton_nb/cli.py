@@ -580,9 +580,9 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
                       help="write perf_analyzer's CSV report")
     perf.add_argument("--plots", type=Path, default=None, metavar="DIR",
                       help="write throughput_vs_latency.png and latency_breakdown.png into DIR")
-    perf.add_argument("--shared-memory", choices=("none", "system", "cuda"), default="none",
+    perf.add_argument("--shared-memory", type=_shared_memory_kind, default="none", metavar="{none,system}",
                       help="system: inputs and outputs in system shared-memory regions registered with the server "
-                           "(http or grpc, same host) instead of in the requests; cuda needs a GPU (default none)")
+                           "(http or grpc, same host) instead of in the requests (default none)")
     perf.add_argument("--output-shared-memory-size", type=_positive_int, default=102400, metavar="BYTES",
                       help="with --shared-memory: bytes per row for an output whose size the config does not give "
                            "(BYTES or variable dims; default 102400)")
@@ -597,6 +597,16 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
     sequences.add_argument("--num-of-sequences", type=_positive_int, default=4, metavar="N",
                            help="sequences active at once with --request-rate-range (default 4)")
     perf.set_defaults(check=lambda args: _check_perf(perf, args))
+
+
+def _shared_memory_kind(text: str) -> str:
+    """perf_analyzer's --shared-memory: none or system here; its third kind, cuda, is named when asked
+    for, not offered (CUDA shared memory needs a GPU, which the server here does not manage)."""
+    if text == "cuda":
+        raise argparse.ArgumentTypeError("cuda is not supported: CUDA shared memory needs a GPU; use system")
+    if text not in ("none", "system"):
+        raise argparse.ArgumentTypeError(f"expected none or system, got {text!r}")
+    return text
 
 
 def _percentage(text: str) -> float:
@@ -675,8 +685,6 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     _check_payload(parser, args)
     if args.request_distribution is not None and args.request_rate_range is None:
         parser.error("--request-distribution applies to --request-rate-range only")
-    if args.shared_memory == "cuda":
-        parser.error("--shared-memory cuda is not supported: CUDA shared memory needs a GPU; use system")
     if args.shared_memory == "system" and args.protocol == "inprocess":
         parser.error("--shared-memory system needs -i http or -i grpc (in-process calls copy nothing)")
     if args.sequence_id_range is not None:

@@ -204,12 +204,20 @@ class InProcessClient:
         return InferResult(self._server.infer(request, timeout_s=wait))
 
     def async_infer(
-        self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any
+        self,
+        model_name: str,
+        inputs: Mapping[str, Any] | pd.DataFrame,
+        outputs: Sequence[str] | None = None,
+        model_version: str | int = "",
+        request_id: str = "",
+        priority: int = 0,
+        timeout_microseconds: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> InferAsyncRequest:
-        """Start an inference; ``get_result()`` on the returned object waits for it."""
-        request = self._request(model_name, inputs, options.get("outputs"), options.get("model_version", ""),
-                                options.get("request_id", ""), options.get("priority", 0),
-                                options.get("timeout_microseconds"), options.get("parameters"))
+        """Start an inference (``infer``'s arguments); ``get_result()`` on the returned object waits
+        for it. A misspelt keyword is a TypeError naming it, not an option silently dropped."""
+        request = self._request(model_name, inputs, outputs, model_version, request_id, priority,
+                                timeout_microseconds, parameters)
         return InferAsyncRequest(self._server.infer_async(request))
 
     def infer_frame(
@@ -383,9 +391,20 @@ class InProcessClient:
             if final:
                 return
 
-    async def ainfer(self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any) -> InferResult:
-        """``await client.ainfer(...)``: the awaitable variant, for asyncio code."""
-        pending = self.async_infer(model_name, inputs, **options)
+    async def ainfer(
+        self,
+        model_name: str,
+        inputs: Mapping[str, Any] | pd.DataFrame,
+        outputs: Sequence[str] | None = None,
+        model_version: str | int = "",
+        request_id: str = "",
+        priority: int = 0,
+        timeout_microseconds: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> InferResult:
+        """``await client.ainfer(...)``: the awaitable variant, for asyncio code (``infer``'s arguments)."""
+        pending = self.async_infer(model_name, inputs, outputs, model_version, request_id, priority,
+                                   timeout_microseconds, parameters)
         return InferResult(await _relay(asyncio.get_running_loop()).attach(pending._future))
 
     # ------------------------------------------------------------------ the rest of the API

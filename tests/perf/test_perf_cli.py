@@ -247,9 +247,10 @@ def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, measured_o
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--shared-memory", "cuda", "-i", "http"], r"--shared-memory cuda is not supported: CUDA shared memory"),
+    (["--shared-memory", "cuda", "-i", "http"], r"argument --shared-memory: cuda is not supported: CUDA shared "
+                                                r"memory needs a GPU; use system"),
     (["--shared-memory", "system"], r"--shared-memory system needs -i http or -i grpc"),
-    (["--shared-memory", "posix"], r"argument --shared-memory: invalid choice: 'posix'"),
+    (["--shared-memory", "posix"], r"argument --shared-memory: expected none or system, got 'posix'"),
     (["--shared-memory", "system", "-i", "grpc", "--output-shared-memory-size", "0"],
      r"argument --output-shared-memory-size"),
 ])
