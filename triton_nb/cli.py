@@ -647,8 +647,9 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     knobs.add_argument("--max-batch-size", type=_int_list(1), default=None, metavar="V,...")
     knobs.add_argument("--preferred-batch-size", type=_int_list(1), default=None, metavar="V,...",
                        help="each value is one preferred batch size to try")
-    tune.add_argument("--concurrency-range", type=_load_range(whole=True), default=list(range(1, 17)),
-                      metavar="START[:END[:STEP]]", help="the load levels of each config's sweep (default 1:16:1)")
+    tune.add_argument("--concurrency-range", type=_load_range(whole=True), default=list(range(1, 33)),
+                      metavar="START[:END[:STEP]]",
+                      help="the load levels of each config's sweep (default 1:32:1, as perf.tune's)")
     tune.add_argument("--measurement-interval", "-p", type=_positive_int, default=2000, metavar="MS",
                       help="length of a measurement window in ms (default 2000)")
     tune.add_argument("--write-config", action="store_true",

@@ -287,3 +287,15 @@ def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, me
 ])
 def test_bad_payload_flags_exit_2_with_one_line(repo, capsys, flags, message):
     _exits_2_with_one_line(repo, capsys, flags, message)
+
+
+def test_tune_sweeps_the_same_load_levels_by_default_as_perf_tune():
+    import inspect
+
+    from triton_nb.cli import _build_parser
+    from triton_nb.perf import tune
+    from triton_nb.perf.stats import parse_range
+
+    args = _build_parser().parse_args(["tune", "-m", "m", "--model-repository", "r", "--latency-budget-ms", "10"])
+    default = inspect.signature(tune).parameters["concurrency_range"].default
+    assert args.concurrency_range == [int(c) for c in parse_range(default, "concurrency_range")]
