@@ -24,7 +24,8 @@ from tritonclient.grpc import service_pb2 as pb
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.server.grpc import GrpcServicer
 from triton_nb.server.http import HttpApp
-from triton_nb.server.protocol import LogSettings, WireLimits
+from triton_nb.server.logs import LogSettings
+from triton_nb.server.protocol import WireLimits
 from triton_nb.server.request_codec import SERVER_PARAMETERS, parse_parameters, parse_version
 from triton_nb.tensors import InferRequest, InferResponse
 

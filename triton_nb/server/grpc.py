@@ -33,10 +33,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_message, wire_status
+from triton_nb.server.logs import LogSettings
 from triton_nb.server.protocol import (
     SERVER_EXTENSIONS,
     SERVER_NAME,
-    LogSettings,
     WireLimits,
     array_from_buffer,
     array_from_values,

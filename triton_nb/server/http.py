@@ -53,9 +53,9 @@ from triton_nb.errors import (
     wire_message,
     wire_status,
 )
+from triton_nb.server.logs import LogSettings
 from triton_nb.server.protocol import (
     SERVER_NAME,
-    LogSettings,
     WireLimits,
     array_from_buffer,
     array_from_values,
@@ -82,6 +82,8 @@ _NO_SHM_OUTPUTS: dict[str, Any] = {}  # never written to: the outputs of a reque
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
+# (model, request headers, body bytes) -> the JSON header's size, or None when the body is all JSON
+HeaderLength = Callable[[str, dict[bytes, bytes], int], "int | None"]
 
 
 class _Reply:
@@ -339,27 +341,25 @@ class HttpApp:
         raise InvalidArgumentError(f"failed to parse the {what} JSON: {error}") from None
 
     # ------------------------------------------------------------------ inference
-    async def sagemaker_infer(self, model: str, scope: dict[str, Any], receive: Receive) -> _Reply:
-        """Inference as SageMaker's front end reads it (:mod:`triton_nb.server.sagemaker`): the JSON
-        header's size from the Content-Type, no compression either way."""
-        return await self._infer(model, -1, scope, receive, sagemaker=True)
+    async def infer_with(self, model: str, scope: dict[str, Any], receive: Receive,
+                         header_length: HeaderLength) -> _Reply:
+        """Inference for another contract over the same codec (SageMaker's,
+        :mod:`triton_nb.server.sagemaker`): ``header_length`` reads the JSON header's size, and
+        compression is not part of it, either way."""
+        return await self._infer(model, -1, scope, receive, header_length)
 
     async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive,
-                     sagemaker: bool = False) -> _Reply:
+                     header_length: HeaderLength | None = None) -> _Reply:
         # the model first, as Triton: a request to an unknown model is a 404 whatever its body
         config = self._server.input_config(model, version)
         if config.model_transaction_policy.decoupled:
             raise InvalidArgumentError(
                 f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
                 f"(use gRPC streaming)")
-        body = await self._body(scope, receive, decompress=not sagemaker)
+        kserve = header_length is None  # KServe v2's own route: its header and compression
+        body = await self._body(scope, receive, decompress=kserve)
         headers = dict(scope["headers"])
-        if sagemaker:
-            from triton_nb.server.sagemaker import sagemaker_header_length
-
-            split: int | None = sagemaker_header_length(model, headers, len(body))
-        else:
-            split = _header_length(model, headers, len(body))
+        split = (header_length or _header_length)(model, headers, len(body))
         leases: list[SharedMemoryLease] = []  # filled only by a request that uses shared memory
         try:
             if split == 0:  # a raw binary request: the body is the model's only input, as Triton reads it,
@@ -379,7 +379,7 @@ class HttpApp:
         finally:
             for lease in leases:  # the regions stay mapped until the outputs are written
                 lease.release()
-        accept = None if sagemaker else headers.get(b"accept-encoding")
+        accept = headers.get(b"accept-encoding") if kserve else None
         if accept and reply.body:
             reply = _compress(reply, accept)
         return reply

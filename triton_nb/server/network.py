@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
-from triton_nb.server.protocol import SERVER_NAME, LogSettings, WireLimits, parse_restricted_api
+from triton_nb.server.logs import LogSettings
+from triton_nb.server.protocol import SERVER_NAME, WireLimits, parse_restricted_api
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService

@@ -19,14 +19,12 @@ import numpy as np
 
 from triton_nb._version import __version__
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.logs import LogSettings
 from triton_nb.tensors import DATATYPES, deserialize_bytes, element_count, numpy_to_triton_dtype, serialize_bytes
 
 __all__ = [
     "API_GROUPS",
     "SERVER_EXTENSIONS",
     "SERVER_NAME",
-    "LogSettings",
     "WireLimits",
     "array_from_buffer",
     "array_from_values",

@@ -352,7 +352,7 @@ class SageMakerApp:
             return status, orjson.dumps({"error": message}), _JSON
 
     async def _invoke(self, model: str, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
-        reply = await self._http.sagemaker_infer(model, scope, receive)
+        reply = await self._http.infer_with(model, scope, receive, sagemaker_header_length)
         return reply.status, reply.body, sagemaker_reply_headers(reply.headers)
 
     async def _runtime_invoke(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, list]:
