@@ -290,6 +290,8 @@ def test_hundreds_of_idle_connections_are_served_around_then_closed(served, erro
             try:
                 if blank.recv(1) == b"":
                     break
+            except ConnectionResetError:  # closed while a blank line was in flight: the kernel resets
+                break
             except TimeoutError:
                 continue
         else:
