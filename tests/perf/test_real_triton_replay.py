@@ -77,3 +77,45 @@ def test_a_model_real_triton_lacks_fails_before_the_sweep(triton, capsys, tmp_pa
     err = capsys.readouterr().err.strip()
     assert status == 2 and err.startswith(f"triton-nb tune: error: replay on {server.http_url}: no model 'other'")
     assert "\n" not in err
+
+
+def test_replay_starts_tritonserver_over_the_python_twin_of_the_served_repository(tmp_path):
+    """url=None: the wheel's tritonserver is started over the committed fraud repository, its FIL
+    model served by the Python twin, and stopped at the end."""
+    from pathlib import Path
+
+    from triton_nb.tritonserver import TritonServerProcess
+
+    reason = tritonserver_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"real Triton cannot run here: {reason}")
+    repository = Path(__file__).resolve().parents[2] / "model_repository"
+    started: list[TritonServerProcess] = []
+    original_start = TritonServerProcess.start
+
+    def recording_start(self):
+        started.append(self)
+        original_start(self)
+
+    with serve(repository) as kernel:
+        swept = tune(kernel, "ensemble", {"max_queue_delay_microseconds": [0, 500]}, tuned_model="fil",
+                     **{**SMALL, "input_data": "fraud"})
+    assert swept.recommended is not None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TritonServerProcess, "start", recording_start)
+        outcome = replay(swept, top=2, rounds=1, progress=False, model_repository=repository)
+    assert len(started) == 1 and started[0].pid is None  # started for the replay, stopped after it
+    assert (outcome.measurements["errors"] == 0).all()
+    assert (outcome.comparison["triton_throughput_infer_per_sec"] > 0).all()
+    assert 0 < outcome.pick_vs_best <= 1
+    assert any("Python twin" in note for note in outcome.notes)
+
+
+def test_replay_without_url_or_repository_says_what_to_give(tmp_path):
+    write_scale_model(tmp_path)
+    with serve(tmp_path) as kernel:
+        swept = tune(kernel, "scale", {"max_queue_delay_microseconds": [0]}, **SMALL)
+    with pytest.raises(ValueError, match=r"give url= .* or model_repository="):
+        replay(swept, progress=False)
+    with pytest.raises(ValueError, match="is for a tritonserver started here"):
+        replay(swept, "127.0.0.1:1", model_repository=tmp_path, progress=False)

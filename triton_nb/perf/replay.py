@@ -18,8 +18,11 @@ in-kernel sweep picked what real Triton would have picked.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -81,17 +84,18 @@ class ReplayResult:
 
 def replay(
     result: TuneResult,
-    url: str | Transport,
+    url: str | Transport | None = None,
     *,
     top: int = 3,
     rounds: int = 2,
     protocol: str | None = None,
     progress: bool = True,
     on_point: Callable[[dict[str, Any]], None] | None = None,
+    model_repository: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """Replay the ``top`` configs of a :func:`~triton_nb.perf.tune` result, and its recommended
     config, on the tritonserver at ``url`` (``host:port``; a :class:`~triton_nb.transport.Transport`
-    also does); see the module.
+    also does), or on one started for the replay; see the module.
 
     Parameters
     ----------
@@ -99,7 +103,12 @@ def replay(
         The in-kernel sweep's result; its recommended config is always replayed.
     url
         A running tritonserver in explicit model control mode (``--model-control-mode=explicit``)
-        serving the sweep's models.
+        serving the sweep's models. None: start the nvidia-pytriton wheel's tritonserver
+        (:mod:`triton_nb.tritonserver`) over ``model_repository``, its FIL models served by their
+        Python twins (:func:`~triton_nb.repository.python_twin_repository`, since that build has no
+        FIL backend), and stop it at the end.
+    model_repository
+        With ``url=None``: the repository the sweep's server serves (what real Triton will load).
     top
         How many of the sweep's best configs that met the constraints to replay.
     rounds
@@ -116,6 +125,12 @@ def replay(
     ReplayResult
         Both rankings side by side and :attr:`ReplayResult.pick_vs_best`.
     """
+    if url is None:
+        return _replay_on_started_server(result, model_repository, top=top, rounds=rounds, protocol=protocol,
+                                         progress=progress, on_point=on_point)
+    if model_repository is not None:
+        raise InvalidArgumentError("replay: model_repository is for a tritonserver started here (url=None); "
+                                   f"the server at {url} serves its own")
     settings = result.settings
     if settings is None:
         raise InvalidArgumentError("replay: this result has no sweep settings; replay what tune() returned")
@@ -128,7 +143,7 @@ def replay(
         raise InvalidArgumentError(f"replay: rounds must be >= 1, got {rounds}")
     configs = replayed_configs(result.ranking, settings.knob_names, result.recommended, top)
     if protocol is None:
-        protocol = settings.protocol if settings.protocol in ("http", "grpc") else "http"
+        protocol = _default_protocol(result)
     transport = connect_checked(url, protocol, (settings.model, *settings.tuned_models))
     where = transport.url or str(url)
     points: list[dict[str, Any]] = []
@@ -182,6 +197,33 @@ def replay(
         triton_best=None if triton.ranking.empty else str(triton.ranking.iloc[0]["config"]),
         measurements=measurements, url=where, tuned_models=settings.tuned_models, rounds=rounds,
         interrupted=interrupted, notes=notes)
+
+
+def _replay_on_started_server(result: TuneResult, model_repository: str | os.PathLike[str] | None,
+                              **options: Any) -> ReplayResult:
+    """:func:`replay` on the wheel's tritonserver, started over the Python twin of ``model_repository``."""
+    from triton_nb.repository import python_twin_repository
+    from triton_nb.tritonserver import TritonServerProcess
+
+    if model_repository is None:
+        raise InvalidArgumentError("replay: give url= (a running tritonserver) or model_repository= (the "
+                                   "repository to start one over)")
+    if not Path(model_repository).is_dir():
+        raise InvalidArgumentError(f"replay: model_repository {model_repository} is not a folder")
+    with tempfile.TemporaryDirectory(prefix="triton-nb-replay-") as scratch:
+        twin = python_twin_repository(model_repository, Path(scratch) / "model_repository")
+        # explicit control, every model loaded: the replay loads each config through the repository API
+        server = TritonServerProcess(twin, extra_args=["--model-control-mode=explicit", "--load-model=*"])
+        with server:
+            protocol = options.get("protocol") or _default_protocol(result)
+            outcome = replay(result, server.grpc_url if protocol == "grpc" else server.http_url, **options)
+        outcome.notes.append(f"on a tritonserver started for the replay over the Python twin of {model_repository}")
+        return outcome
+
+
+def _default_protocol(result: TuneResult) -> str:
+    protocol = result.settings.protocol if result.settings is not None else "http"
+    return protocol if protocol in ("http", "grpc") else "http"
 
 
 def replayed_configs(ranking: pd.DataFrame, knob_names: Sequence[str], recommended: dict[str, Any],

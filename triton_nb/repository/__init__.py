@@ -11,7 +11,12 @@ from triton_nb.repository.config import (
     parse_config,
     save_config,
 )
-from triton_nb.repository.export import BatchingOptions, export_fraud_repository, export_tree_model
+from triton_nb.repository.export import (
+    BatchingOptions,
+    export_fraud_repository,
+    export_tree_model,
+    python_twin_repository,
+)
 from triton_nb.repository.layout import ModelEntry, RepositoryScan, scan_repository
 from triton_nb.repository.sagemaker import SageMakerPackage, package_for_sagemaker
 from triton_nb.repository.validate import validate_repository
@@ -32,6 +37,7 @@ __all__ = [
     "load_config",
     "package_for_sagemaker",
     "parse_config",
+    "python_twin_repository",
     "save_config",
     "scan_repository",
     "validate_repository",

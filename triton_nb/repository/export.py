@@ -42,8 +42,9 @@ from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
 from triton_nb.fraud.features import FP32_INPUTS
 from triton_nb.fraud.train import TrainedFraudModel
-from triton_nb.repository.config import ModelConfig, check_model_config, save_config
+from triton_nb.repository.config import ModelConfig, check_model_config, fil_parameters, load_config, save_config
 from triton_nb.repository.fil_semantics import FilSettings
+from triton_nb.repository.layout import scan_repository
 from triton_nb.repository.tree_export import describe_tree_model, write_fil_model_file, write_onnx_model
 from triton_nb.repository.validate import errors_only, validate_repository
 from triton_nb.repository.warmup import add_file_sample, add_zero_sample
@@ -57,6 +58,7 @@ __all__ = [
     "BatchingOptions",
     "export_fraud_repository",
     "export_tree_model",
+    "python_twin_repository",
 ]
 
 PREPROCESSING_MODEL = "preprocessing"
@@ -288,6 +290,52 @@ def _write_tree_files(version: Path, model: Any, backend: str, settings: FilSett
         (version / "model.py").write_bytes(_template("tree_model.py"))
         (version / "fil_semantics.py").write_bytes(_module_source("triton_nb.repository", "fil_semantics.py"))
     return model_type
+
+
+# the FIL model types the Python twin loads (with XGBoost), and where real Triton's FIL finds each
+_TWIN_MODEL_TYPES = ("xgboost", "xgboost_json", "xgboost_ubj")
+
+
+def python_twin_repository(
+    source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, overwrite: bool = False
+) -> Path:
+    """Copy the repository ``source`` to ``out_dir`` with every FIL model served by its Python twin.
+
+    A tritonserver without the FIL backend (the nvidia-pytriton wheel's, Triton builds for CPU
+    only) then serves the same models under the same names, with the same tensors, shapes and FIL
+    semantics: each FIL model's config gets ``backend: "python"`` (everything else, batching,
+    instances and FIL's parameters, which the twin reads, stays) and each version folder the twin's
+    ``model.py`` beside its model file. GPU instance groups become CPU ones (the twin runs
+    XGBoost on the CPU). Other models are copied unchanged. A FIL model that is not an XGBoost
+    model (LightGBM, Treelite checkpoints) is refused, naming it: the twin serves XGBoost only.
+    """
+    source = Path(source)
+    scan = scan_repository(source)
+    out_dir = Path(out_dir)
+    with _staged_directory(out_dir, overwrite) as staging:
+        for entry in scan.models.values():
+            target = staging / entry.name
+            shutil.copytree(entry.path, target, ignore=shutil.ignore_patterns("__pycache__"))
+            config = entry.config
+            if config is None or config.backend != "fil":
+                continue
+            model_type = fil_parameters(config).get("model_type", "xgboost")
+            if model_type not in _TWIN_MODEL_TYPES:
+                raise InvalidArgumentError(
+                    f"model '{entry.name}': model_type '{model_type}' has no Python twin (it serves "
+                    f"{', '.join(_TWIN_MODEL_TYPES)})")
+            twin = load_config(entry.path / "config.pbtxt")  # the file as written, not the effective config
+            twin.backend = "python"
+            for group in twin.instance_group:
+                if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+                    group.kind = mc.ModelInstanceGroup.KIND_CPU
+                    del group.gpus[:]
+            save_config(twin, target / "config.pbtxt")
+            for version in entry.versions:
+                (target / str(version) / "model.py").write_bytes(_template("tree_model.py"))
+                (target / str(version) / "fil_semantics.py").write_bytes(
+                    _module_source("triton_nb.repository", "fil_semantics.py"))
+    return out_dir
 
 
 # --------------------------------------------------------------------------- writing safely
