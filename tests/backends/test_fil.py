@@ -190,6 +190,19 @@ def test_answers_have_fil_squeezed_shapes(models, data, load, backends, tmp_path
         np.testing.assert_allclose(answers["fil"], np.column_stack([1 - p, p]), atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [1, 63, 64, 300])
+def test_the_python_twin_agrees_with_xgboost_on_one_thread_and_on_all(models, data, backends, tmp_path, rows):
+    """The twin predicts batches under 64 rows on one thread and larger ones on cpu_nthread (all):
+    both boosters give XGBoost's own answer."""
+    x = np.resize(data[3], (rows, data[3].shape[1])).astype(np.float32)
+    model = models["xgb_binary"]
+    folder = export_tree_model(model, tmp_path / "twin", name="twin", model_backend="python", predict_proba=True)
+    (response,) = backends(folder).execute([InferRequest("twin", {"input__0": x})])
+    assert response.error is None, response.error
+    p = model.get_booster().inplace_predict(x)
+    np.testing.assert_allclose(response.outputs["output__0"], np.column_stack([1 - p, p]), atol=1e-6)
+
+
 def test_an_output_with_a_variable_dim_after_the_batch_is_refused_as_fil_refuses_it(models, load, tmp_path):
     folder = export_tree_model(models["xgb_binary"], tmp_path / "repo", name="var", predict_proba=True)
     config = load_config(folder)
