@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CollectorRegistry, Metric
 from prometheus_client.registry import Collector
 
 from triton_nb.backends.custom_metrics import (
@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_SUMMARY_QUANTILES",
     "FIRST_RESPONSE_HISTOGRAM",
     "METRICS_CONFIG_KEYS",
+    "PROMETHEUS_CONTENT_TYPE",
     "CpuMetricsCollector",
     "CustomMetricError",
     "CustomMetricsCollector",
@@ -61,6 +62,7 @@ __all__ = [
     "Histogram",
     "MetricsConfig",
     "SlidingQuantiles",
+    "exposition",
     "parse_metrics_config",
 ]
 
@@ -327,3 +329,51 @@ class CustomMetricsCollector(Collector):
                     for sample_name, sample_labels, sample_value in histogram.samples(family.name, labels):
                         metric.add_sample(sample_name, sample_labels, sample_value)
             yield metric
+
+
+#: The content type of the ``/metrics`` text (Prometheus text format 0.0.4).
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4) of ``registry`` without prometheus_client's renaming:
+    a counter whose samples carry its own name (as :class:`ServerStats`' do) is exposed under that
+    name, with no ``_total``, as Triton exposes its counters. (Counters made with
+    ``prometheus_client.Counter`` keep their ``_total`` samples, under a matching ``# TYPE`` line;
+    their ``_created`` samples are left out.)"""
+    lines: list[str] = []
+    for metric in registry.collect():
+        kind = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(metric.type, metric.type)
+        name = metric.name
+        samples = metric.samples
+        if kind == "counter":
+            samples = [s for s in samples if s.name != name + "_created"]
+            if any(s.name == name + "_total" for s in samples):
+                name += "_total"
+        lines.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
+        lines.append(f"# TYPE {name} {kind}\n")
+        for sample in samples:
+            # sorted by name, with a histogram's le and a summary's quantile last, as prometheus-cpp
+            labels = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in sorted(
+                sample.labels.items(), key=lambda item: (item[0] in ("le", "quantile"), item[0])))
+            label_text = f"{{{labels}}}" if labels else ""
+            lines.append(f"{sample.name}{label_text} {_format_value(sample.value)}\n")
+    return "".join(lines).encode("utf-8")

@@ -57,19 +57,15 @@ histogram (``histogram_latencies=true``) on. Their observations are taken where 
 added, under the same lock; nothing is recorded per request when both are off. ``cpu_metrics``
 adds Triton's ``nv_cpu_*`` gauges and ``custom_metrics`` the Python models' ``pb_utils`` metrics.
 
-Beyond Triton — why each batch left: the dynamic batcher tells :meth:`ModelStats.count_batch` the
-:class:`BatchReason` and the rows of every batch it forms (where each reason is decided:
-:mod:`triton_nb.server.batcher`). The statistics show them under the key ``triton_nb_batch_reasons``
-(``{reason: {"count", "rows"}}``, every reason, zeros included: JSON readers such as tritonclient's
-HTTP client pass an extra key through; gRPC's ``ModelStatistics`` message has no field for it, so
-it is left out there); ``/metrics`` under ``triton_nb_batch_count`` (a counter, labels ``model``,
-``version``, ``reason``) and ``triton_nb_batch_size`` (a histogram of the batches' rows, buckets the
-powers of two up to 4096), after Triton's families, for versions loaded (no series, no family).
+Beyond Triton — why each batch left: :meth:`ModelStats.count_batch` counts each batch the dynamic
+batcher forms with its rows and :class:`~triton_nb.server.batch_reasons.BatchReason` (statistics key
+``triton_nb_batch_reasons``, ``/metrics`` families ``triton_nb_batch_count`` and
+``triton_nb_batch_size``): see :mod:`triton_nb.server.batch_reasons`. The Prometheus text itself is
+written by :func:`triton_nb.server.metrics.exposition`.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -80,15 +76,27 @@ from prometheus_client.core import CollectorRegistry, Metric
 from prometheus_client.registry import Collector
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError
+from triton_nb.server.batch_reasons import (
+    BATCH_COUNT_FAMILY,
+    BATCH_FAMILIES,
+    BATCH_REASONS,
+    BATCH_REASONS_KEY,
+    BATCH_SIZE_BUCKETS,
+    BATCH_SIZE_FAMILY,
+    BatchCollector,
+    BatchReason,
+)
 from triton_nb.server.metrics import (
     CUSTOM_METRICS,
     DEFAULT_FIRST_RESPONSE_BUCKETS_MS,
     FIRST_RESPONSE_HISTOGRAM,
+    PROMETHEUS_CONTENT_TYPE,
     CpuMetricsCollector,
     CustomMetricsCollector,
     Histogram,
     MetricsConfig,
     SlidingQuantiles,
+    exposition,
     parse_metrics_config,
     summary_samples,
 )
@@ -109,46 +117,6 @@ __all__ = [
 #: The ``reason`` label values of ``nv_inference_request_failure`` (Triton core, FailureReason).
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
-
-class BatchReason:
-    """Why the dynamic batcher let a batch leave (beyond Triton, which does not count this): the
-    ``reason`` label values of ``triton_nb_batch_count`` and the keys of ``triton_nb_batch_reasons``.
-    :mod:`triton_nb.server.batcher` decides which one a batch gets."""
-
-    #: it holds max_batch_size rows, or the next queued request's rows would not fit beside it
-    MAX_BATCH_SIZE = "max_batch_size"
-    #: its rows reached one of the configured preferred_batch_size values
-    PREFERRED_BATCH_SIZE = "preferred_batch_size"
-    #: it was held for max_queue_delay_microseconds after its oldest request, and the delay ran out
-    MAX_QUEUE_DELAY = "max_queue_delay"
-    #: an instance took the queue as it was, short of a batch, with nothing to wait for: the delay
-    #: is 0, or it had run out before the instance came to form the batch (every instance was busy)
-    INSTANCE_FREE = "instance_free"
-    #: the next queued request has other non-batch dims (or inputs), so it cannot join
-    DIFFERENT_SHAPE = "different_shape"
-    #: the model is unloading (or the server stopping): the queue drains without waiting
-    DRAINING = "draining"
-    #: the model has no dynamic_batching (or max_batch_size 0): each request runs alone
-    NO_DYNAMIC_BATCHING = "no_dynamic_batching"
-
-
-#: Every :class:`BatchReason`, in the order the statistics and /metrics list them.
-BATCH_REASONS = (BatchReason.MAX_BATCH_SIZE, BatchReason.PREFERRED_BATCH_SIZE, BatchReason.MAX_QUEUE_DELAY,
-                 BatchReason.INSTANCE_FREE, BatchReason.DIFFERENT_SHAPE, BatchReason.DRAINING,
-                 BatchReason.NO_DYNAMIC_BATCHING)
-#: The statistics key of each model's batch reasons (ours: Triton has none).
-BATCH_REASONS_KEY = "triton_nb_batch_reasons"
-BATCH_COUNT_FAMILY = "triton_nb_batch_count"
-BATCH_SIZE_FAMILY = "triton_nb_batch_size"
-#: The batch-size histogram's upper bounds, in rows: batch sizes cluster at powers of two.
-BATCH_SIZE_BUCKETS: tuple[float, ...] = tuple(float(2 ** i) for i in range(13))  # 1 .. 4096
-_BATCH_FAMILIES: tuple[tuple[str, str, str], ...] = (
-    (BATCH_COUNT_FAMILY, "counter", "Number of batches the dynamic batcher formed, by why each left (triton_nb)"),
-    (BATCH_SIZE_FAMILY, "histogram", "Rows per batch the dynamic batcher formed (triton_nb)"),
-)
-
-#: The content type of :meth:`ServerStats.prometheus_text` (Prometheus text format 0.0.4).
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Triton core src/metrics.cc: family name, type and help, in Triton's registration order.
 _FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -209,7 +177,7 @@ _FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"
 
 #: Every family name the server exports itself (a custom metric may not take one).
 BUILTIN_FAMILIES = frozenset(
-    [name for name, _, _ in _FAMILIES] + [name for _, name, _ in _SUMMARIES] + [name for name, _, _ in _BATCH_FAMILIES]
+    [name for name, _, _ in _FAMILIES] + [name for _, name, _ in _SUMMARIES] + [name for name, _, _ in BATCH_FAMILIES]
     + [FIRST_RESPONSE_HISTOGRAM, "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
        "nv_cache_num_entries", "nv_cache_num_lookups", "nv_cache_num_hits", "nv_cache_num_misses",
        "nv_cache_num_evictions", "nv_cache_util", "nv_cache_lookup_duration", "nv_cache_insertion_duration"])
@@ -656,7 +624,7 @@ class _TritonCollector(Collector):
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        models = self._stats._snapshot()
+        models = self._stats.snapshot()
         series = self._stats.cache_series
         caches = [model.cache_counted or (series is not None and series(model.name, model.version)) for model in models]
         values = [(model, model._metric_values(cache=cache)) for model, cache in zip(models, caches, strict=True)]
@@ -687,76 +655,6 @@ class _TritonCollector(Collector):
                 yield metric
 
 
-class _BatchCollector(Collector):
-    """Yields the batch families (beyond Triton) from a :class:`ServerStats`' models."""
-
-    def __init__(self, stats: ServerStats) -> None:
-        self._stats = stats
-
-    def collect(self) -> Iterator[Metric]:
-        models = [(model, model.batch_reasons()) for model in self._stats._snapshot()]
-        if not models:  # a family without series is left out, as for Triton's families
-            return
-        (count_name, count_kind, count_help), (size_name, size_kind, size_help) = _BATCH_FAMILIES
-        counts = Metric(count_name, count_help, count_kind)
-        sizes = Metric(size_name, size_help, size_kind)
-        for model, reasons in models:
-            labels = {"model": model.name, "version": str(model.version)}
-            histogram = Histogram(BATCH_SIZE_BUCKETS)
-            for reason, batches in reasons.items():
-                counts.add_sample(count_name, {**labels, "reason": reason}, sum(batches.values()))
-                for rows, n in batches.items():
-                    histogram.observe(rows, n)
-            for sample_name, sample_labels, value in histogram.samples(size_name, labels):
-                sizes.add_sample(sample_name, sample_labels, value)
-        yield counts
-        yield sizes
-
-
-def _format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n")
-
-
-def exposition(registry: CollectorRegistry) -> bytes:
-    """The Prometheus text format (0.0.4) of ``registry`` without prometheus_client's renaming:
-    a counter whose samples carry its own name (as :class:`ServerStats`' do) is exposed under that
-    name, with no ``_total``, as Triton exposes its counters. (Counters made with
-    ``prometheus_client.Counter`` keep their ``_total`` samples, under a matching ``# TYPE`` line;
-    their ``_created`` samples are left out.)"""
-    lines: list[str] = []
-    for metric in registry.collect():
-        kind = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(metric.type, metric.type)
-        name = metric.name
-        samples = metric.samples
-        if kind == "counter":
-            samples = [s for s in samples if s.name != name + "_created"]
-            if any(s.name == name + "_total" for s in samples):
-                name += "_total"
-        lines.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
-        lines.append(f"# TYPE {name} {kind}\n")
-        for sample in samples:
-            # sorted by name, with a histogram's le and a summary's quantile last, as prometheus-cpp
-            labels = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in sorted(
-                sample.labels.items(), key=lambda item: (item[0] in ("le", "quantile"), item[0])))
-            label_text = f"{{{labels}}}" if labels else ""
-            lines.append(f"{sample.name}{label_text} {_format_value(sample.value)}\n")
-    return "".join(lines).encode("utf-8")
-
-
 class ServerStats:
     """Statistics and metrics of every loaded model version of one server."""
 
@@ -780,7 +678,7 @@ class ServerStats:
         self.cache_series: Callable[[str, int], bool] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_TritonCollector(self))
-        self.registry.register(_BatchCollector(self))
+        self.registry.register(BatchCollector(self.snapshot))
         if cpu_metrics:
             self.registry.register(CpuMetricsCollector())
         if custom_metrics:
@@ -836,7 +734,8 @@ class ServerStats:
         """The server stopped: its models' custom metric series leave the process registry."""
         CUSTOM_METRICS.release_scope(self.custom_scope)
 
-    def _snapshot(self) -> list[ModelStats]:
+    def snapshot(self) -> list[ModelStats]:
+        """Every version's stats, by name and version."""
         with self._lock:
             return [self._models[key] for key in sorted(self._models)]
 
@@ -844,7 +743,7 @@ class ServerStats:
         """``{"model_stats": [...]}`` for every version (no ``name``), every version of ``name``
         (``version`` None or -1), or one version. Unknown models and versions raise
         :class:`~triton_nb.errors.InvalidArgumentError` with Triton's messages."""
-        models = self._snapshot()
+        models = self.snapshot()
         if name:
             models = [m for m in models if m.name == name]
             if not models:
