@@ -405,10 +405,13 @@ class FilBackend(Backend):
                 return np.asarray(values, dtype=np.float32).reshape(x.shape[0], *per_row)
 
             return shap
+        if model.model_type == "lightgbm" and optional_module("lightgbm") is None:
+            raise MissingDependencyError(
+                "lightgbm", "lightgbm", f"{self._where}: output '{_SHAP}' (SHAP values of a LightGBM model)")
         if model.model_type == "treelite_checkpoint":
             reason = "triton_nb has no CPU TreeSHAP for Treelite checkpoints"
         elif model.model_type == "lightgbm":
-            reason = "they are computed by LightGBM, which is not installed (pip install 'triton-nb[lightgbm]')"
+            reason = "they are computed by LightGBM, which cannot read this file"
         else:
             reason = "they are computed by XGBoost, which cannot read this file"
         raise InvalidArgumentError(
