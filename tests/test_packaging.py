@@ -18,6 +18,12 @@ from triton_nb._optional import optional_module, require_module
 from triton_nb.errors import MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# the top-level modules the extras install (and pyarrow, which only [dask] brings)
+OPTIONAL_MODULES = {"dask", "distributed", "lightgbm", "onnx", "onnxmltools", "skl2onnx", "onnxruntime", "boto3",
+                    "botocore", "pyarrow", "cudf", "cuml", "cupy"}
+# the extras that group others or add tools, not a feature of the package
+GROUPS = {"all", "dev", "docs"}
 
 
 def _requirement_name(requirement: str) -> str:
@@ -75,13 +81,17 @@ def test_every_data_file_in_the_package_is_declared_package_data():
     assert shim.is_file() and "triton_nb_predict" in shim.read_text(encoding="utf-8")
 
 
-def test_import_does_not_touch_gpu_libraries():
+def test_import_does_not_touch_gpu_libraries_or_the_extras():
+    # what `import triton_nb` and the core modules load must not include an extra's package:
+    # without the extra, the import would fail (tests/test_light_install.py runs the journey so)
     code = (
-        "import sys, triton_nb, triton_nb.fraud, triton_nb.cli\n"
-        "gpu = [m for m in ('cudf', 'cuml', 'cupy', 'onnxruntime') if m in sys.modules]\n"
-        "assert not gpu, gpu\n"
+        "import sys, triton_nb, triton_nb.fraud, triton_nb.cli, triton_nb.serving, triton_nb.repository\n"
+        "import triton_nb.perf, triton_nb.transport, triton_nb.backends.onnxruntime, triton_nb.backends.fil\n"
+        # pandas imports pyarrow by its own choice when it is there (tests/test_light_install.py blocks it)
+        f"optional = [m for m in {sorted(OPTIONAL_MODULES - {'pyarrow'})!r} if m in sys.modules]\n"
+        "assert not optional, optional\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_missing_optional_dependency_names_the_extra(monkeypatch):
@@ -98,3 +108,131 @@ def test_readme_has_the_two_commands_and_ci_calls_the_test_one():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
     assert "triton-nb demo" in makefile
+
+
+def _extra_names(extra: str) -> set[str]:
+    """The distributions an extra installs, its own ``triton-nb[...]`` references followed."""
+    names: set[str] = set()
+    for requirement in PROJECT["optional-dependencies"][extra]:
+        name = _requirement_name(requirement)
+        if name == "triton-nb":
+            for inner in re.search(r"\[(.*)\]", requirement).group(1).split(","):
+                names |= _extra_names(inner.strip())
+        else:
+            names.add(name)
+    return names
+
+
+def test_core_dependencies_leave_every_extra_out():
+    core = set(map(_requirement_name, PROJECT["dependencies"]))
+    for extra in set(PROJECT["optional-dependencies"]) - GROUPS:
+        assert not core & _extra_names(extra), f"core also lists [{extra}]'s {sorted(core & _extra_names(extra))}"
+    assert not core & {"dask", "distributed", "lightgbm", "onnx", "onnxmltools", "skl2onnx", "onnxruntime",
+                       "boto3", "pyarrow"}
+    # tritonclient's HTTP and gRPC clients only: its [all] adds cuda-python and perf-analyzer
+    assert "tritonclient[http,grpc]>=2.50" in PROJECT["dependencies"]
+
+
+def test_all_has_every_extra_but_gpu_and_dev_has_all():
+    features = set(PROJECT["optional-dependencies"]) - GROUPS
+    assert features == {"dask", "lightgbm", "onnx", "sagemaker", "gpu"}
+    everything = _extra_names("all")
+    for extra in features - {"gpu"}:
+        assert _extra_names(extra) <= everything, extra
+    # cudf-cu12 and cuml-cu12 install only on a CUDA 12 machine, so [all] (and [dev]) leave [gpu] out
+    assert not _extra_names("gpu") & everything
+    assert everything <= _extra_names("dev")
+
+
+def test_versions_table_mirrors_pyproject():
+    from triton_nb import _versions
+
+    assert {name.replace("_", "-") for name in _versions.CORE_PACKAGES} == set(
+        map(_requirement_name, PROJECT["dependencies"]))
+    assert {extra.name: {p.replace("_", "-") for p in extra.packages} for extra in _versions.EXTRAS} == {
+        extra: _extra_names(extra) for extra in set(PROJECT["optional-dependencies"]) - GROUPS}
+    # every module require_module knows names one of those extras
+    assert set(triton_nb._optional._EXTRAS.values()) <= {extra.name for extra in _versions.EXTRAS}
+    assert set(triton_nb._optional._EXTRAS) <= OPTIONAL_MODULES
+
+
+def _installed_closure(requirements: list[str]) -> set[str]:
+    """Every distribution that installing ``requirements`` brings, read from the installed metadata
+    (markers evaluated here, extras followed)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = [(Requirement(r), "") for r in requirements]
+    visited: set[tuple[str, str]] = set()
+    while todo:
+        requirement, extra = todo.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        key = (name, ",".join(sorted(requirement.extras)))
+        if key in visited:
+            continue
+        visited.add(key)
+        seen.add(name)
+        try:
+            requires = metadata.requires(requirement.name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        if name == "triton-nb":  # this checkout's extras, not those of the installed copy's metadata
+            requires = PROJECT["dependencies"] + [
+                f"{r}; extra == '{e}'" if ";" not in r else r
+                for e in PROJECT["optional-dependencies"] for r in PROJECT["optional-dependencies"][e]]
+        for inner in requires:
+            parsed = Requirement(inner)
+            for wanted in requirement.extras or {""}:
+                todo.append((parsed, wanted))
+    return seen
+
+
+def test_dev_installs_every_package_the_tests_import():
+    import ast
+    from importlib import metadata
+
+    modules: set[str] = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.partition(".")[0])
+    providers = metadata.packages_distributions()
+    gpu = {"cudf", "cuml", "cupy"}
+    needed = {providers[m][0].lower().replace("_", "-") for m in modules - gpu - set(sys.stdlib_module_names)
+              if m in providers}
+    assert {"pytest", "dask", "lightgbm", "onnx", "boto3"} <= needed  # the walk found the tests' imports
+    installed = _installed_closure(["triton-nb[dev]"])
+    missing = needed - installed
+    assert not missing, f"tests import packages that `pip install -e '.[dev]'` does not install: {sorted(missing)}"
+
+
+def test_show_versions_prints_python_core_and_each_extra(capsys, monkeypatch):
+    from triton_nb import _versions
+
+    monkeypatch.setattr(_versions, "EXTRAS", (*_versions.EXTRAS, _versions.Extra(
+        "phantom", "nothing real", ("definitely-not-installed-xyz",))))
+    triton_nb.show_versions()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["triton_nb", triton_nb.__version__]
+    assert lines[1].startswith(f"Python       {sys.version_info.major}.{sys.version_info.minor}.")
+    assert any(line.split() == ["xgboost", metadata_version("xgboost")] for line in lines)
+    for name in _versions.CORE_PACKAGES:
+        assert sum(line.split()[:1] == [name] for line in lines) == 1, name
+    for extra in _versions.EXTRAS[:-1]:
+        header = next(line for line in lines if line.startswith(f"[{extra.name}] "))
+        assert header.endswith(f"pip install 'triton-nb[{extra.name}]'"), header
+    assert "[phantom] nothing real: not installed; pip install 'triton-nb[phantom]'" in lines
+    assert any(line.split() == ["definitely-not-installed-xyz", "not", "installed"] for line in lines)
+    assert "show_versions" in triton_nb.__all__ and "show_versions" in dir(triton_nb)
+
+
+def metadata_version(name: str) -> str:
+    from importlib import metadata
+
+    return metadata.version(name)

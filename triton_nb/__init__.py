@@ -36,11 +36,15 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module(f"triton_nb.{name}")
+    if name == "show_versions":  # loaded when asked for: reads every dependency's metadata
+        from triton_nb._versions import show_versions
+
+        return show_versions
     raise AttributeError(f"module 'triton_nb' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | {"show_versions"})
 
 
 __all__ = [
@@ -62,4 +66,5 @@ __all__ = [
     "perf",
     "repository",
     "serve",
+    "show_versions",
 ]

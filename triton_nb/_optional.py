@@ -1,8 +1,10 @@
-"""Guarded imports of optional (mostly GPU) dependencies.
+"""Guarded imports of optional dependencies: the pyproject extras and the GPU libraries.
 
-Nothing GPU-only is imported at module top level anywhere in triton_nb: code that can use
-cuDF, cuML or CuPy asks here first, and gets ``None`` (or a :class:`MissingDependencyError`
-that names the extra to install) when the package or a CUDA device is not there.
+Nothing optional is imported at module top level anywhere in triton_nb, so ``pip install
+triton-nb`` (the core: train, export, serve, tune) imports and runs without any extra. Code that
+can use Dask, LightGBM, the ONNX tools, boto3, cuDF, cuML or CuPy asks here first, and gets
+``None`` (or a one-line :class:`MissingDependencyError` that names the extra to install) when the
+package or a CUDA device is not there.
 """
 
 from __future__ import annotations
@@ -13,12 +15,21 @@ from types import ModuleType
 
 from triton_nb.errors import MissingDependencyError
 
-# module name -> the pyproject extra that installs it
+# module name -> the pyproject extra that installs it (the extras themselves: pyproject.toml and
+# triton_nb._versions.EXTRAS). onnxruntime is the module of both onnxruntime ([onnx]) and
+# onnxruntime-gpu ([gpu]); the CPU package is the one a missing module calls for.
 _EXTRAS = {
+    "dask": "dask",
+    "distributed": "dask",
+    "lightgbm": "lightgbm",
+    "onnx": "onnx",
+    "onnxmltools": "onnx",
+    "skl2onnx": "onnx",
+    "onnxruntime": "onnx",
+    "boto3": "sagemaker",
     "cudf": "gpu",
     "cuml": "gpu",
     "cupy": "gpu",
-    "onnxruntime": "gpu",
 }
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from triton_nb._optional import cudf_gpu_available, xgboost_cuda_available
+from triton_nb._optional import cudf_gpu_available, require_module, xgboost_cuda_available
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.fraud.data import LABEL_COLUMN, RAW_INPUT_COLUMNS, label_array
 from triton_nb.fraud.evaluate import evaluate_predictions
@@ -340,7 +340,9 @@ _VALID = "__validation__"
 
 
 def _train_dask(frame: Any, client: Any, run: _Run) -> TrainedFraudModel:
-    import dask
+    # The [dask] extra: imported here only, so the core install trains without it.
+    dask = require_module("dask", "Training the fraud model on a Dask cluster (client=...)")
+    require_module("distributed", "Training the fraud model on a Dask cluster (client=...)")
     import dask.dataframe as dd
     import xgboost.dask as dxgb
 

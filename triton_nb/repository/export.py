@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb._optional import require_module
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.fraud.encoding import ENCODED_COLUMNS, FEATURE_NAMES, RAW_INPUT_COLUMNS
 from triton_nb.fraud.features import FP32_INPUTS
@@ -280,6 +281,13 @@ def _place_execution_env(folder: Path, execution_env: str | os.PathLike[str]) ->
     return source.name
 
 
+def _require_onnx_tools(library: str, name: str) -> None:
+    """Fail before anything is written, naming the model, when the [onnx] extra is missing."""
+    purpose = f"Exporting model '{name}' for the onnxruntime backend"
+    for module in ("onnx", "skl2onnx" if library == "sklearn" else "onnxmltools"):
+        require_module(module, purpose)
+
+
 def _write_tree_files(version: Path, model: Any, backend: str, settings: FilSettings, proba_width: int) -> str:
     """The model files of one tree model's version folder; returns the FIL model_type used."""
     if backend == "onnxruntime":
@@ -401,6 +409,8 @@ def export_fraud_repository(
     batching.check()
     if model_backend == "onnxruntime" and treeshap_output:
         raise InvalidArgumentError("treeshap_output is a FIL feature; ONNX Runtime cannot produce SHAP values")
+    if model_backend == "onnxruntime":
+        _require_onnx_tools("xgboost", TREE_MODEL)
     booster = model.booster[: model.best_iteration + 1]
     num_features = booster.num_features()
     if num_features != len(FEATURE_NAMES):
@@ -476,6 +486,8 @@ def export_tree_model(
         raise InvalidArgumentError(f"model_backend 'python' serves XGBoost models; this is a {info.library} model")
     if model_backend == "onnxruntime" and treeshap_output:
         raise InvalidArgumentError("treeshap_output is a FIL feature; ONNX Runtime cannot produce SHAP values")
+    if model_backend == "onnxruntime":
+        _require_onnx_tools(info.library, name)
     # Treelite imports scikit-learn's binary forests as two-class models: FIL then answers by
     # argmax over two probabilities, so their probability output must be two wide.
     two_class_forest = info.library == "sklearn" and info.task == "binary" and type(model).__name__ in (

@@ -516,7 +516,7 @@ def write_onnx_model(model: Any, version_dir: Path, settings: FilSettings, proba
     models :func:`describe_tree_model` rejects, ``output_class`` on a regressor and a binary
     ``proba_width`` other than 1 or 2.
     """
-    import onnx
+    onnx = require_module("onnx", "Exporting models for the onnxruntime backend")
     from onnx import TensorProto, helper
 
     info = describe_tree_model(model)

@@ -45,7 +45,7 @@ from triton_nb.backends.fil.engines import (
     _xgboost_direct_candidate,
 )
 from triton_nb.backends.fil.loading import _load_model
-from triton_nb.errors import InvalidArgumentError, UnavailableError
+from triton_nb.errors import InvalidArgumentError, MissingDependencyError, UnavailableError
 from triton_nb.repository.config import fil_parameters
 from triton_nb.repository.fil_semantics import FilSettings, answer_row_dims, fil_output
 from triton_nb.tensors import InferRequest, InferResponse
@@ -214,6 +214,9 @@ class FilBackend(Backend):
 
         if engine is not None and engine != "tl2cgen":
             forced = [c for c in candidates if c.engine == engine]
+            if not forced and engine == "lightgbm" and model.model_type == "lightgbm" \
+                    and optional_module("lightgbm") is None:
+                raise MissingDependencyError("lightgbm", "lightgbm", f"{self._where} (engine 'lightgbm')")
             if not forced:
                 raise InvalidArgumentError(f"{self._where}: engine '{engine}' cannot serve a {model.model_type} model")
             self._set_candidates(forced, calibrate=False)
@@ -402,10 +405,13 @@ class FilBackend(Backend):
                 return np.asarray(values, dtype=np.float32).reshape(x.shape[0], *per_row)
 
             return shap
+        if model.model_type == "lightgbm" and optional_module("lightgbm") is None:
+            raise MissingDependencyError(
+                "lightgbm", "lightgbm", f"{self._where}: output '{_SHAP}' (SHAP values of a LightGBM model)")
         if model.model_type == "treelite_checkpoint":
             reason = "triton_nb has no CPU TreeSHAP for Treelite checkpoints"
         elif model.model_type == "lightgbm":
-            reason = "they are computed by LightGBM, which is not installed"
+            reason = "they are computed by LightGBM, which cannot read this file"
         else:
             reason = "they are computed by XGBoost, which cannot read this file"
         raise InvalidArgumentError(
