@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
@@ -63,18 +64,111 @@ def _fraction(text: str) -> float:
     return value
 
 
+
+_LIST_WHAT = {int: "whole numbers", float: "numbers"}
+
+
+def _comma_list(kind: type, *, minimum: float | None = None, unique: bool = False) -> Callable[[str], list]:
+    """The one spelling of a list on every sub-command: comma-separated values (``1,8,64``), as
+    perf_analyzer and Model Analyzer take them; ``minimum`` and ``unique`` say what else is refused."""
+    what = _LIST_WHAT.get(kind, "values")
+
+    def parse(text: str) -> list:
+        try:
+            values = [kind(part.strip()) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+        if not all(math.isfinite(v) for v in values):
+            raise argparse.ArgumentTypeError(f"expected finite {what}, got {text!r}")
+        if minimum is not None and (low := min(values)) < minimum:
+            raise argparse.ArgumentTypeError(f"expected values >= {minimum}, got {low}")
+        if unique and len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"repeated value in {text!r}")
+        return values
+
+    return parse
+
+
+class _SpacedListAlias(argparse.Action):
+    """A list flag that took space-separated values before it took comma-separated ones
+    (``--preferred-batch-size 8 16``): that spelling is still read, for a release, with a line on
+    stderr giving the comma-separated one. Its ``type`` is a :func:`_comma_list`."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="*", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        flat = [value for group in values for value in group]
+        if len(values) > 1:
+            spaced = " ".join(",".join(map(str, group)) for group in values)
+            print(f"{parser.prog}: {option_string} {spaced} is deprecated: use {option_string} "
+                  f"{','.join(map(str, flat))}", file=sys.stderr, flush=True)
+        setattr(namespace, self.dest, flat)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but a :class:`_SpacedListAlias` flag shows its one spelling (``N,...``), not
+    the space-separated one that is kept for a release."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, _SpacedListAlias):
+            return self._metavar_formatter(action, default_metavar)(1)[0]
+        return super()._format_args(action, default_metavar)
+
+
+def _deprecated(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    print(f"{parser.prog}: {old} is deprecated: use {new}", file=sys.stderr, flush=True)
+
+
+def _check_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.deprecated_out is not None:
+        _deprecated(parser, "--out", "--model-repository")
+        args.model_repository = args.deprecated_out
+    if args.from_model is None:  # --device is read only when a model is trained here
+        _check_device(parser, args)
+
+
+def _check_validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.deprecated_repository is not None:
+        _deprecated(parser, f"'{parser.prog} DIR'", f"'{parser.prog} --model-repository DIR'")
+        args.model_repository = args.deprecated_repository
+
+
 def _add_training_options(
     parser: argparse.ArgumentParser, default_rows: int, default_rounds: int | None = None
 ) -> None:
-    parser.add_argument("--rows", type=_positive_int, default=default_rows,
+    parser.add_argument("--rows", type=_positive_int, default=default_rows, metavar="N",
                         help=f"rows to generate, or to read from --csv (default {default_rows:,})")
-    parser.add_argument("--csv", type=Path, default=None,
+    parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
                         help="train on a real TabFormer CSV (card_transaction.v1.csv) instead of synthetic data")
-    parser.add_argument("--rounds", type=_positive_int, default=default_rounds,
+    parser.add_argument("--rounds", type=_positive_int, default=default_rounds, metavar="N",
                         help="maximum boosting rounds (early stopping may end sooner)")
-    parser.add_argument("--fraud-rate", type=_fraction, default=0.02, help="fraud rate of generated data")
-    parser.add_argument("--seed", type=int, default=0, help="random seed for data, split and training")
-    parser.add_argument("--device", default="auto", help="auto (GPU when XGBoost sees one), cpu or cuda")
+    parser.add_argument("--fraud-rate", type=_fraction, default=0.02, metavar="RATE",
+                        help="share of fraudulent transactions generated, 0..1 (default 0.02)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N",
+                        help="random seed for data, split and training (default 0)")
+    parser.add_argument("--device", type=_device, default="auto", metavar="{auto,cpu,cuda,cuda:N}",
+                        help="where XGBoost trains: auto (a GPU when XGBoost sees one, else the CPU; default), "
+                             "cpu, or cuda (cuda:N for the N-th GPU)")
+
+
+def _device(text: str) -> str:
+    """``--device``: the values :func:`triton_nb.fraud.train_fraud_model` takes, checked here so that a
+    misspelt one ends in one line before any data is generated."""
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
+
+
+def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--device cuda`` where XGBoost cannot train on a GPU: one line now, not after the data is made."""
+    if args.device.startswith("cuda"):
+        from triton_nb._optional import xgboost_cuda_available  # imports XGBoost: only when a GPU is asked for
+
+        if not xgboost_cuda_available():
+            parser.error(f"--device {args.device}: no usable CUDA device (none is visible, or this XGBoost build "
+                         f"has no CUDA support); use --device auto or --device cpu")
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -94,51 +188,71 @@ def _build_parser() -> argparse.ArgumentParser:
                              "serve's --log-* flags take over for the server")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="run the whole worked example headless")
-    demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), help="output folder (report in report/)")
+    demo = _one_line_errors(commands.add_parser("demo", help="run the whole worked example headless"))
+    demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), metavar="DIR",
+                      help="output folder (report in report/; default triton-nb-demo)")
     _add_training_options(demo, DEMO_ROWS)
-    demo.add_argument("--measurement-interval", type=_positive_int, default=600, metavar="MS",
+    demo.add_argument("--measurement-interval", "-p", type=_positive_int, default=600, metavar="MS",
                       help="measurement window of the batching sweep (default 600 ms)")
-    demo.add_argument("--latency-budget-ms", type=float, default=10.0, help="p99 budget of the sweep (default 10)")
+    demo.add_argument("--latency-budget-ms", type=_positive_float, default=10.0, metavar="MS",
+                      help="p99 budget of the sweep (default 10)")
+    demo.set_defaults(check=lambda args: _check_device(demo, args))
 
-    generate = commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV")
-    generate.add_argument("--rows", type=_positive_int, required=True, help="how many transactions to write")
-    generate.add_argument("--out", type=Path, required=True, help="CSV file to write")
-    generate.add_argument("--fraud-rate", type=_fraction, default=0.02,
+    generate = _one_line_errors(commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV"))
+    generate.add_argument("--rows", type=_positive_int, required=True, metavar="N",
+                          help="how many transactions to write")
+    generate.add_argument("--out", type=Path, required=True, metavar="FILE", help="CSV file to write")
+    generate.add_argument("--fraud-rate", type=_fraction, default=0.02, metavar="RATE",
                           help="share of fraudulent transactions, 0..1 (default 0.02)")
-    generate.add_argument("--seed", type=int, default=0, help="random seed: the same seed writes the same rows "
-                                                                "(default 0)")
+    generate.add_argument("--seed", type=int, default=0, metavar="N",
+                          help="random seed: the same seed writes the same rows (default 0)")
 
-    train = commands.add_parser("train", help="train the fraud model and save it")
-    train.add_argument("--out", type=Path, required=True,
+    train = _one_line_errors(commands.add_parser("train", help="train the fraud model and save it"))
+    train.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="folder for xgboost.json/.ubj, label_encoders.pkl/.json and metrics.json")
     _add_training_options(train, DEMO_ROWS)
+    train.set_defaults(check=lambda args: _check_device(train, args))
 
-    export = commands.add_parser("export", help="write the fraud example as a Triton model repository")
-    export.add_argument("--out", type=Path, required=True, help="repository folder to write")
-    export.add_argument("--from-model", type=Path, default=None,
+    export = _one_line_errors(commands.add_parser(
+        "export", help="write the fraud example as a Triton model repository", formatter_class=_HelpFormatter))
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--model-repository", type=Path, metavar="DIR", help="the repository folder to write")
+    # the earlier spelling, deprecated: read for a release, with a line naming --model-repository
+    target.add_argument("--out", type=Path, dest="deprecated_out", help=argparse.SUPPRESS)
+    export.add_argument("--from-model", type=Path, default=None, metavar="DIR",
                         help="a folder written by 'triton-nb train' (default: train a small model first)")
     _add_training_options(export, EXPORT_ROWS, default_rounds=EXPORT_ROUNDS)
     export.add_argument("--model-backend", choices=("fil", "python", "onnxruntime"), default="fil",
                         help="what serves the trees: Triton's FIL backend (default), a Python-backend twin "
                              "running XGBoost, or ONNX Runtime")
-    export.add_argument("--max-batch-size", type=_positive_int, default=4096)
-    export.add_argument("--max-queue-delay-microseconds", type=int, default=100)
-    export.add_argument("--preferred-batch-size", type=_positive_int, nargs="*", default=[])
-    export.add_argument("--no-dynamic-batching", action="store_true")
-    export.add_argument("--instance-count", type=_positive_int, default=1)
-    export.add_argument("--instance-kind", choices=("KIND_CPU", "KIND_GPU", "KIND_AUTO"), default="KIND_CPU")
+    export.add_argument("--max-batch-size", type=_positive_int, default=4096, metavar="N",
+                        help="the models' max_batch_size (default 4096)")
+    export.add_argument("--max-queue-delay-microseconds", type=_whole, default=100, metavar="US",
+                        help="how long the dynamic batcher waits to fill a batch (default 100)")
+    export.add_argument("--preferred-batch-size", type=_comma_list(int, minimum=1), action=_SpacedListAlias,
+                        default=[], metavar="N,...", help="the dynamic batcher's preferred batch sizes, "
+                                                          "comma-separated (default none)")
+    export.add_argument("--no-dynamic-batching", action="store_true", help="batch only what a request brings")
+    export.add_argument("--instance-count", type=_positive_int, default=1, metavar="N",
+                        help="model instances of the tree model (default 1)")
+    export.add_argument("--instance-kind", choices=("KIND_CPU", "KIND_GPU", "KIND_AUTO"), default="KIND_CPU",
+                        help="where the tree model's instances run (default KIND_CPU)")
     export.add_argument("--predict-proba", action="store_true", help="predictions = P(fraud) instead of 0/1")
     export.add_argument("--treeshap-output", action="store_true", help="add per-feature SHAP values")
-    export.add_argument("--execution-env", default=None,
+    export.add_argument("--execution-env", default=None, metavar="FILE|pack",
                         help="conda-pack archive for the preprocessing model's EXECUTION_ENV_PATH, or 'pack'")
     export.add_argument("--overwrite", action="store_true", help="replace an existing repository")
     export.add_argument("--warmup", action="store_true",
                         help="add model_warmup samples (a TabFormer transaction, a row of zeros) that run on every "
                              "instance before the models are READY")
+    export.set_defaults(check=lambda args: _check_export(export, args))
 
-    validate = commands.add_parser("validate", help="check a model repository as Triton would")
-    validate.add_argument("repository", type=Path)
+    validate = _one_line_errors(commands.add_parser("validate", help="check a model repository as Triton would"))
+    target = validate.add_mutually_exclusive_group(required=True)
+    target.add_argument("--model-repository", type=Path, metavar="DIR", help="the repository folder to check")
+    # the earlier spelling, deprecated: a positional folder, read for a release with a line naming the flag
+    target.add_argument("deprecated_repository", type=Path, nargs="?", metavar="DIR", help=argparse.SUPPRESS)
+    validate.set_defaults(check=lambda args: _check_validate(validate, args))
 
     _add_serve_parser(commands)
     _add_perf_parser(commands)
@@ -421,6 +535,9 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     """Argument mistakes as one line on stderr (no usage block, which is long for these commands)."""
 
     def error(message: str):
+        # a required flag whose deprecated spelling shares its group is named alone, as a required flag is
+        message = re.sub(r"^one of the arguments (\S+) is required$", r"the following arguments are required: \1",
+                         message)
         parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
 
     parser.error = error  # type: ignore[method-assign]
@@ -458,24 +575,9 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _int_list(minimum: int):
-    """A knob's comma-separated candidate values: ``0,100,500``."""
-
-    def parse(text: str) -> list[int]:
-        values = []
-        for part in text.split(","):
-            try:
-                value = int(part.strip().replace("_", ""))
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-            if value < minimum:
-                raise argparse.ArgumentTypeError(f"expected values >= {minimum}, got {value}")
-            values.append(value)
-        if len(set(values)) != len(values):
-            raise argparse.ArgumentTypeError(f"repeated value in {text!r}")
-        return values
-
-    return parse
+def _candidates(minimum: int) -> Callable[[str], list]:
+    """A tune knob's candidate values, comma-separated (``0,100,500``): whole numbers, none repeated."""
+    return _comma_list(int, minimum=minimum, unique=True)
 
 
 def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_trials: int) -> None:
@@ -513,29 +615,14 @@ def _add_payload_options(parser: argparse.ArgumentParser) -> None:
                        help="HTTP: ask for compressed answers (Accept-Encoding); the client decompresses them")
     group.add_argument("--grpc-compression-algorithm", choices=("none", "gzip", "deflate"), default="none",
                        help="gRPC: compress request messages")
-    group.add_argument("--batch-size-weights", type=_number_list(float), default=None, metavar="W,...",
+    group.add_argument("--batch-size-weights", type=_comma_list(float, minimum=0), default=None, metavar="W,...",
                        help="with -b S1,S2,...: the share of requests of each size (default equal)")
 
 
 def _rows_argument(text: str) -> int | list[int]:
     """``-b``: one number of rows per request, or a comma-separated mix of sizes (``1,8,64``)."""
-    values = _number_list(int)(text)
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"rows per request must be >= 1, got {text!r}")
+    values = _comma_list(int, minimum=1)(text)
     return values[0] if len(values) == 1 else values
-
-
-def _number_list(kind: type) -> Callable[[str], list]:
-    def parse(text: str) -> list:
-        try:
-            values = [kind(part.strip()) for part in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-        if not all(math.isfinite(v) for v in values):
-            raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
-        return values
-
-    return parse
 
 
 def _check_payload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -642,10 +729,10 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--percentile", type=int, choices=_PERCENTILES, default=99,
                       help="the latency percentile the budget applies to (default 99)")
     knobs = tune.add_argument_group("knobs (comma-separated candidate values)")
-    knobs.add_argument("--max-queue-delay-microseconds", type=_int_list(0), default=None, metavar="V,...")
-    knobs.add_argument("--instance-count", type=_int_list(1), default=None, metavar="V,...")
-    knobs.add_argument("--max-batch-size", type=_int_list(1), default=None, metavar="V,...")
-    knobs.add_argument("--preferred-batch-size", type=_int_list(1), default=None, metavar="V,...",
+    knobs.add_argument("--max-queue-delay-microseconds", type=_candidates(0), default=None, metavar="V,...")
+    knobs.add_argument("--instance-count", type=_candidates(1), default=None, metavar="V,...")
+    knobs.add_argument("--max-batch-size", type=_candidates(1), default=None, metavar="V,...")
+    knobs.add_argument("--preferred-batch-size", type=_candidates(1), default=None, metavar="V,...",
                        help="each value is one preferred batch size to try")
     tune.add_argument("--concurrency-range", type=_load_range(whole=True), default=list(range(1, 33)),
                       metavar="START[:END[:STEP]]",
@@ -767,9 +854,9 @@ def _export(args: argparse.Namespace) -> None:
         instance_kind=args.instance_kind,
     )
     out = export_fraud_repository(
-        model, args.out, model_backend=args.model_backend, batching=batching, predict_proba=args.predict_proba,
-        treeshap_output=args.treeshap_output, execution_env=args.execution_env, overwrite=args.overwrite,
-        warmup=args.warmup,
+        model, args.model_repository, model_backend=args.model_backend, batching=batching,
+        predict_proba=args.predict_proba, treeshap_output=args.treeshap_output, execution_env=args.execution_env,
+        overwrite=args.overwrite, warmup=args.warmup,
     )
     print(f"wrote the model repository {out}/ (preprocessing, fil [{args.model_backend}], ensemble)")
 
@@ -777,11 +864,11 @@ def _export(args: argparse.Namespace) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from triton_nb.repository import validate_repository
 
-    problems = validate_repository(args.repository)
+    problems = validate_repository(args.model_repository)
     for problem in problems:
         print(problem)
     errors = sum(problem.severity == "error" for problem in problems)
-    print(f"{args.repository}: {errors} error(s), {len(problems) - errors} warning(s)")
+    print(f"{args.model_repository}: {errors} error(s), {len(problems) - errors} warning(s)")
     return 1 if errors else 0
 
 
