@@ -220,7 +220,7 @@ def test_a_bad_list_is_a_one_line_error_naming_the_flag(argv, message, capsys):
 
 
 def test_no_flag_takes_space_separated_values_but_the_one_kept_for_a_release():
-    from triton_nb.cli import _SpacedListAlias
+    from triton_nb.cli._args import _SpacedListAlias
 
     parser = _build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
