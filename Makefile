@@ -89,7 +89,7 @@ bench: $(BIN)/.triton-installed wrk
 	$(BIN)/python bench/bench_frontends.py
 
 # Regenerate the checked-in example repository (tests/repository/test_reference_repository.py
-# checks it is current): `triton-nb export --out model_repository --overwrite`, then a header in each
+# checks it is current): `triton-nb export --model-repository model_repository --overwrite`, then a header in each
 # config and Python file naming its source, a README.md, and the .gitkeep of the ensemble's empty 1/.
 repository: $(BIN)/.installed
 	$(BIN)/python tools/reference_repository.py model_repository

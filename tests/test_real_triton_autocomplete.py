@@ -17,7 +17,8 @@ import tritonclient.http as httpclient
 
 import triton_nb
 from tests.helpers.real_triton import RealTritonServer, tritonserver_unavailable_reason
-from triton_nb.cli import _build_parser, _serve_settings
+from triton_nb.cli import _build_parser
+from triton_nb.cli.serve import _serve_settings
 from triton_nb.errors import NotFoundError
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from tests.helpers.real_triton import _layout, tritonserver_unavailable_reason
-from triton_nb.cli import _build_parser, _serve_no_effect_lines, _serve_settings, main
+from triton_nb.cli import _build_parser, main
+from triton_nb.cli.serve import _serve_no_effect_lines, _serve_settings
 from triton_nb.server.core import Server
 from triton_nb.server.settings import ServerSettings
 from triton_nb.tensors import InferRequest

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_serve_flags import ROOT, write_model
-from triton_nb.cli import _build_parser, _sagemaker_start, main
+from triton_nb.cli import _build_parser, main
+from triton_nb.cli.serve import _sagemaker_start
 from triton_nb.repository.sagemaker import package_for_sagemaker
 
 REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}).encode()

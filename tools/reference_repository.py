@@ -4,7 +4,7 @@
     python tools/reference_repository.py [DIR]     # DIR: model_repository unless given
 
 ``make repository`` runs this script. It exports the fraud example exactly as
-``triton-nb export --out DIR --overwrite`` does (the same command, the same defaults: a deterministic
+``triton-nb export --model-repository DIR --overwrite`` does (the same command, the same defaults: a deterministic
 run on 20,000 synthetic transactions), then marks what the export wrote: a comment at the top of
 every file whose format takes one, naming the source to edit instead, and a README.md saying what
 the folder is. The library's export itself writes no such header: a user's own repository is theirs.
@@ -93,7 +93,7 @@ def _readme(sources: dict[str, str]) -> str:
 
 Everything in this folder is generated: do not edit it by hand. `{COMMAND}` regenerates it by running
 `tools/reference_repository.py`, which exports the card-fraud example as
-`triton-nb export --out model_repository --overwrite` does (preprocessing, fil and ensemble, from a
+`triton-nb export --model-repository model_repository --overwrite` does (preprocessing, fil and ensemble, from a
 deterministic run: 20,000 synthetic transactions, seed 0, one thread) and then marks the files.
 `tests/repository/test_reference_repository.py` regenerates it and fails when this copy is stale.
 To change a file, edit its source below and run `{COMMAND}`.
@@ -118,7 +118,7 @@ Triton and triton_nb read only the model folders of a repository, so this README
 def write(out_dir: str | Path) -> Path:
     """Export the example into ``out_dir`` (replacing what is there) and mark its files as generated."""
     out = Path(out_dir)
-    status = triton_nb(["export", "--out", str(out), "--overwrite"])
+    status = triton_nb(["export", "--model-repository", str(out), "--overwrite"])
     if status:
         raise SystemExit(f"triton-nb export failed with status {status}")
     sources = {}

@@ -157,8 +157,13 @@ def _options_table(parser: argparse.ArgumentParser, actions: list[argparse.Actio
 def _exclusive_groups(parser: argparse.ArgumentParser) -> list[str]:
     notes = []
     for group in parser._mutually_exclusive_groups:
+        # a deprecated spelling kept for a release is hidden (help=SUPPRESS): a group of one shown flag
+        # is that flag, required or not as its usage line says
+        shown = [action for action in group._group_actions if action.help is not argparse.SUPPRESS]
+        if len(shown) < 2:
+            continue
         flags = ", ".join(_code_cell(action.option_strings[-1] if action.option_strings else action.dest)
-                          for action in group._group_actions)
+                          for action in shown)
         notes.append(f"{'Exactly' if group.required else 'At most'} one of {flags}.")
     return notes
 

@@ -282,7 +282,7 @@ def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, me
     (["--request-compression", "gzip", "-i", "grpc"], r"--request-compression applies to -i http, not grpc"),
     (["--grpc-compression-algorithm", "gzip", "-i", "http"], r"--grpc-compression-algorithm applies to -i grpc"),
     (["--input-tensor-format", "csv"], r"argument --input-tensor-format: invalid choice: 'csv'"),
-    (["-b", "1,x"], r"argument -b/--batch-size: expected comma-separated numbers"),
+    (["-b", "1,x"], r"argument -b/--batch-size: expected comma-separated whole numbers"),
     (["-b", "1,4", "--batch-size-weights", "1"], r"--batch-size-weights gives 1 weight\(s\) for 2 size\(s\)"),
 ])
 def test_bad_payload_flags_exit_2_with_one_line(repo, capsys, flags, message):

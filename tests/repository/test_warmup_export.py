@@ -198,13 +198,13 @@ def test_the_cli_exports_warm_up_and_validate_checks_its_files(tmp_path, capsys)
     from triton_nb.cli import main
 
     out = tmp_path / "repo"
-    assert main(["export", "--out", str(out), "--rows", "3000", "--rounds", "2", "--warmup"]) == 0
+    assert main(["export", "--model-repository", str(out), "--rows", "3000", "--rounds", "2", "--warmup"]) == 0
     assert load_config(out / "preprocessing").model_warmup and load_config(out / "fil").model_warmup
     capsys.readouterr()
-    assert main(["validate", str(out)]) == 0
+    assert main(["validate", "--model-repository", str(out)]) == 0
     assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
     (out / "preprocessing" / "warmup" / "year.bin").write_bytes(b"\0\0")
-    assert main(["validate", str(out)]) == 1
+    assert main(["validate", "--model-repository", str(out)]) == 1
     assert ("error: model 'preprocessing': config.pbtxt: model_warmup[0]: warmup sample 'tabformer_transaction' "
             "input 'Year': warmup setting expects 4 bytes, but the data provided from year.bin only has 2 bytes"
             in capsys.readouterr().out)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import triton_nb
-from triton_nb.cli import _build_parser, _serve_settings, main
+from triton_nb.cli import _build_parser, main
+from triton_nb.cli.serve import _serve_settings
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.server.core import Server
 from triton_nb.server.settings import MODEL_CONTROL_MODES, ServerSettings
