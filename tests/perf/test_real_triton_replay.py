@@ -119,3 +119,24 @@ def test_replay_without_url_or_repository_says_what_to_give(tmp_path):
         replay(swept, progress=False)
     with pytest.raises(ValueError, match="is for a tritonserver started here"):
         replay(swept, "127.0.0.1:1", model_repository=tmp_path, progress=False)
+
+
+def test_tune_replay_url_start_starts_and_stops_tritonserver(tmp_path, capsys):
+    write_scale_model(tmp_path, extra=f"dynamic_batching {{ max_queue_delay_microseconds: {ORIGINAL_DELAY_US} }}")
+    status = main(["tune", "-m", "scale", "--model-repository", str(tmp_path), "--latency-budget-ms", "1000",
+                   "--max-queue-delay-microseconds", "0,500", "--concurrency-range", "1:4:3", "-p", "200",
+                   "-r", "2", "--input-data", "zero", "--replay-url", "start", "--replay-top", "2",
+                   "--replay-rounds", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "on a tritonserver started over the Python twin of the repository" in out
+    assert "Triton rank" in out and "(our pick)" in out and "gives our pick" in out
+
+
+def test_tune_replay_url_start_without_a_repository_fails_before_the_sweep(capsys):
+    status = main(["tune", "-m", "scale", "-u", "127.0.0.1:1", "--max-queue-delay-microseconds", "0",
+                   "--latency-budget-ms", "1000",
+                   "--replay-url", "start"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "--replay-url start starts tritonserver over --model-repository" in err
+    assert "\n" not in err

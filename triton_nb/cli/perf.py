@@ -210,9 +210,11 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
         "replay on real Triton",
         "after the sweep, measure its best configs again on a running tritonserver in explicit model control mode, "
         "as the sweep measured them, and print both rankings side by side")
-    replay.add_argument("--replay-url", default=None, metavar="HOST:PORT",
+    replay.add_argument("--replay-url", default=None, metavar="HOST:PORT|start",
                         help="the tritonserver to replay on, reached over -i grpc, else http; checked before "
-                             "the sweep starts, and left with its original config")
+                             "the sweep starts, and left with its original config. 'start': start the "
+                             "nvidia-pytriton wheel's tritonserver over the Python twin of --model-repository "
+                             "for the replay, and stop it after")
     replay.add_argument("--replay-top", type=_positive_int, default=3, metavar="N",
                         help="how many of the sweep's best configs to replay, the recommended one always (default 3)")
     replay.add_argument("--replay-rounds", type=_positive_int, default=2, metavar="N",

@@ -10,7 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["payload_options", "run_perf", "run_tune"]
+from triton_nb.errors import InvalidArgumentError
+
+__all__ = ["REPLAY_START", "payload_options", "run_perf", "run_tune"]
+
+#: ``tune --replay-url start``: start the nvidia-pytriton wheel's tritonserver for the replay
+REPLAY_START = "start"
 
 _WIRE_FLAGS = ("input_tensor_format", "output_tensor_format", "request_compression", "response_compression",
                "grpc_compression_algorithm")
@@ -149,7 +154,17 @@ def run_tune(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
               f"{_cell(row[latency])} usec", flush=True)
 
     replay_protocol = args.protocol if args.protocol in ("http", "grpc") else "http"
-    if args.replay_url is not None:
+    if args.replay_url == REPLAY_START:
+        from triton_nb.tritonserver import tritonserver_unavailable_reason
+
+        # a replay that cannot start fails now, not after a sweep of minutes
+        if args.model_repository is None:
+            raise InvalidArgumentError(f"--replay-url {REPLAY_START} starts tritonserver over --model-repository, "
+                                       "which is not given")
+        reason = tritonserver_unavailable_reason()
+        if reason is not None:
+            raise InvalidArgumentError(f"--replay-url {REPLAY_START}: {reason}")
+    elif args.replay_url is not None:
         from triton_nb.perf.replay import connect_checked
 
         # a server that cannot take the replay fails now, not after a sweep of minutes
@@ -208,10 +223,13 @@ def _replay(args: argparse.Namespace, result: Any, protocol: str, on_point: Call
     """``tune --replay-url``: the sweep's best configs on real Triton, both rankings side by side."""
     from triton_nb.perf import replay
 
-    print(f"*** Replaying the top {args.replay_top} config(s) on {args.replay_url} over {protocol}, "
+    started = args.replay_url == REPLAY_START
+    where = "a tritonserver started over the Python twin of the repository" if started else args.replay_url
+    print(f"*** Replaying the top {args.replay_top} config(s) on {where} over {protocol}, "
           f"{args.replay_rounds} round(s), as the sweep measured them ***", flush=True)
-    outcome = replay(result, args.replay_url, top=args.replay_top, rounds=args.replay_rounds, protocol=protocol,
-                     progress=False, on_point=on_point)
+    outcome = replay(result, None if started else args.replay_url, top=args.replay_top, rounds=args.replay_rounds,
+                     protocol=protocol, progress=False, on_point=on_point,
+                     model_repository=args.model_repository if started else None)
     _print_comparison(outcome.comparison, args.percentile)
     for note in outcome.notes:
         print(note)
