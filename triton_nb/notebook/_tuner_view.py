@@ -76,7 +76,7 @@ def labels_by_config(points: pd.DataFrame) -> dict[str, str]:
     return dict(zip(first["config"], short_labels(list(first["knobs"])), strict=True))
 
 
-def png(figure: Figure, dpi: int = 90) -> bytes:
+def png(figure: Figure, dpi: int = 96) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.08)
     return buffer.getvalue()
@@ -114,6 +114,9 @@ def draw_points(figure: Figure, points: pd.DataFrame, *, title: str, in_view: in
     highlight = frame.loc[frame["point"] == in_view, "config"]
     plot_throughput_vs_latency(frame, latency="latency_p99_us", spread_from="latency_p50_us",
                                highlight=highlight.iloc[0] if len(highlight) else None, ax=ax)
+    top = frame["throughput_infer_per_sec"].max()
+    if top > 0:  # room above the best point for its number
+        ax.set_ylim(0, top * 1.12)
     for _, row in frame.iterrows():
         x, y = row["latency_p99_us"] / 1e3, row["throughput_infer_per_sec"]
         if math.isfinite(x) and math.isfinite(y):
@@ -147,13 +150,13 @@ def draw_stages(figure: Figure, stages: Mapping[str, Mapping[str, float]], *, ti
         ax.barh(models, widths, left=left, color=color, label=stage.replace("_", " "), height=0.6)
         left += widths
     for y, total in enumerate(left):
-        ax.annotate(f"{total:.3g} ms", (total, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.annotate(f"{total:.3g} ms", (total, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(float(left.max()), 1e-3) * 1.3)
     ax.set_xlabel("server time per request (ms)", fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.tick_params(labelsize=8)
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, fontsize=7, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=2, fontsize=8, frameon=False)
 
 
 def _load(row: Mapping[str, Any]) -> str:
@@ -168,24 +171,28 @@ def _ms(value: float) -> str:
     return f"{value / 1e3:.3g}" if value == value else "–"
 
 
-_CELL = 'style="padding:1px 8px;text-align:{align};white-space:nowrap"'
+_CELL = 'style="padding:1px 6px;text-align:{align};white-space:{wrap};vertical-align:top"'
 
 
-def _table(headers: Sequence[str], rows: Sequence[tuple[Sequence[str], str]], *, numeric: set[int]) -> str:
-    """A compact HTML table; each row is (cells, row style); cells are HTML already."""
-    head = "".join(f"<th {_CELL.format(align='right' if i in numeric else 'left')}>{html.escape(h)}</th>"
-                   for i, h in enumerate(headers))
-    body = "".join(
-        f'<tr style="{style}">' + "".join(f"<td {_CELL.format(align='right' if i in numeric else 'left')}>{c}</td>"
-                                          for i, c in enumerate(cells)) + "</tr>" for cells, style in rows)
-    return (f'<table class="triton-nb-ranking" style="border-collapse:collapse;font-size:12px">'
+def _table(headers: Sequence[str], rows: Sequence[tuple[Sequence[str], str]], *, numeric: set[int],
+           wrapping: set[int] = frozenset()) -> str:
+    """A compact HTML table; each row is (cells, row style); cells are HTML already. Columns in
+    ``wrapping`` may break lines, so that the table fits a narrow output area."""
+    def cell(tag: str, i: int, content: str) -> str:
+        align = "right" if i in numeric else "left"
+        return f"<{tag} {_CELL.format(align=align, wrap='normal' if i in wrapping else 'nowrap')}>{content}</{tag}>"
+
+    head = "".join(cell("th", i, html.escape(h)) for i, h in enumerate(headers))
+    body = "".join(f'<tr style="{style}">' + "".join(cell("td", i, c) for i, c in enumerate(cells)) + "</tr>"
+                   for cells, style in rows)
+    return (f'<table class="triton-nb-ranking" style="border-collapse:collapse;font-size:12px;line-height:1.3">'
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def ranking_html(points: pd.DataFrame, *, recommended: int | None, in_view: int | None) -> str:
     """The points ranked by throughput (failed ones last, unranked), each with its number on the
-    plot, its short config (the full one as the tooltip), load and figures; the sweep's
-    recommended point marked ★, the point in view in bold."""
+    plot, its short config (the full one as the tooltip), how it was measured and its figures; the
+    sweep's recommended point marked ★, the point in view in bold."""
     if points.empty:
         return ""
     labels = labels_by_config(points)
@@ -196,16 +203,16 @@ def ranking_html(points: pd.DataFrame, *, recommended: int | None, in_view: int 
         config = (f'<span title="{html.escape(str(row["config"]))}">{html.escape(labels[row["config"]])}</span>'
                   f"<b>{mark}</b>")
         errors = int(row["errors"]) if row["errors"] == row["errors"] else 0
-        cells = ["–" if bad else str(row["rank"]), str(row["point"]), config, html.escape(str(row["source"])),
-                 html.escape(_load(row)), html.escape(str(row["protocol"])),
+        how = " · ".join(html.escape(str(part)) for part in (row["source"], _load(row), row["protocol"]) if part)
+        cells = ["–" if bad else str(row["rank"]), str(row["point"]), config, how,
                  f"{row['throughput_infer_per_sec']:,.1f}", _ms(row["latency_p50_us"]), _ms(row["latency_p99_us"]),
                  f'<span style="color:#b00020"><b>{errors:,}</b></span>' if errors else "0"]
         style = ("color:#b00020;" if bad else "") + ("font-weight:bold;" if row["point"] == in_view else "")
         if row["point"] == recommended:
             style += "background:#e8f5e9;"
         rows.append((cells, style))
-    return _table(["rank", "#", "config", "source", "load", "protocol", "infer/s", "p50 ms", "p99 ms", "errors"], rows,
-                  numeric={0, 1, 6, 7, 8, 9})
+    return _table(["rank", "#", "config", "measured", "infer/s", "p50 ms", "p99 ms", "errors"], rows,
+                  numeric={0, 1, 4, 5, 6, 7}, wrapping={2, 3})
 
 
 def replay_html(outcome: Any) -> str:
@@ -227,7 +234,7 @@ def replay_html(outcome: Any) -> str:
                       _ms(row[f"triton_{latency}"])], "background:#e8f5e9;" if row["recommended"] else ""))
     percentile = latency.removeprefix("latency_").removesuffix("_us")
     table = _table(["config", "sweep rank", "sweep infer/s", f"sweep {percentile} ms", "Triton rank",
-                    "Triton infer/s", f"Triton {percentile} ms"], rows, numeric={1, 2, 3, 4, 5, 6})
+                    "Triton infer/s", f"Triton {percentile} ms"], rows, numeric={1, 2, 3, 4, 5, 6}, wrapping={0})
     notes = "".join(f"<div>{html.escape(note)}</div>" for note in outcome.notes)
     return (f'<div style="font-size:13px"><b>pick vs best on real Triton: {figure}</b> — '
             f"{html.escape(outcome.summary())}</div>{notes}{table}")
