@@ -8,6 +8,7 @@ relative to its container: nothing runs past the output area's edge on a laptop'
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ _CELL_PX = 320
 # margins would run past the output area's edge)
 _FIT = "calc(100% - 4px)"
 _LABEL_PX = "140px"
+
+
+def _export_default(repository: Path) -> str:
+    """``<repository>-tuned`` beside the served repository, relative to the working directory when it
+    can be (what a person reads and types), else absolute."""
+    target = repository.absolute().parent / f"{repository.name}-tuned"
+    try:
+        return os.path.relpath(target)
+    except ValueError:  # another drive (Windows): no relative path
+        return str(target)
 
 
 def _grid(layout_cells: list[w.Widget]) -> w.GridBox:
@@ -140,8 +151,7 @@ class PanelLayout:
                                       layout=layout())
         c["replay_rounds"] = w.IntSlider(value=2, min=1, max=5, readout=True, description="rounds", style=style,
                                          layout=layout())
-        repository = Path(self.server.repository)
-        c["export_folder"] = w.Text(value=str(repository.parent / f"{repository.name}-tuned"),
+        c["export_folder"] = w.Text(value=_export_default(Path(self.server.repository)),
                                     description="export to", style={"description_width": "initial"},
                                     layout=w.Layout(width="320px", max_width=_FIT))
         self.controls = c

@@ -114,6 +114,8 @@ def draw_points(figure: Figure, points: pd.DataFrame, *, title: str, in_view: in
     highlight = frame.loc[frame["point"] == in_view, "config"]
     plot_throughput_vs_latency(frame, latency="latency_p99_us", spread_from="latency_p50_us",
                                highlight=highlight.iloc[0] if len(highlight) else None, ax=ax)
+    for line in ax.lines:  # points, not curves: two runs of one config at one load are not a trend
+        line.set_linestyle("none")
     top = frame["throughput_infer_per_sec"].max()
     if top > 0:  # room above the best point for its number
         ax.set_ylim(0, top * 1.12)
