@@ -127,7 +127,7 @@ class Tuner(PanelLayout):
     its last step. ``input_data``: what the measurements send (as :func:`triton_nb.perf.measure`);
     by default generated card transactions for a model whose inputs are the fraud example's raw
     columns, random tensors for others (see :func:`default_input_data`); the Payload tab switches.
-    ``repeat_ratio``: the initial share of repeated requests (the "repeated requests" control,
+    ``repeat_ratio``: the initial share of repeated requests (the Load tab's "repeated share" control,
     :func:`triton_nb.perf.measure`'s ``repeat_ratio``), for measuring the response cache.
 
     For code and tests: :attr:`widget` (the root box, CSS class ``triton-nb-tuner``), :attr:`controls`
@@ -462,9 +462,11 @@ class Tuner(PanelLayout):
 
         def on_point(row: dict[str, Any]) -> None:
             # called while the config is applied (its knobs in force); the payload's knobs come with the row
-            point = self._add_point(row, {**self._live_knobs(), **self._client_of(row)}, "sweep",
-                                    self._stages(marks["before"]), sweep=sweep)
-            marks["before"] = self.server.statistics()  # the next config's run starts here
+            after = self.server.statistics()
+            stages = self._stages(marks["before"], after)
+            marks["before"] = after  # the next config's run starts after this one's
+            point = self._add_point(row, {**self._live_knobs(), **self._client_of(row)}, "sweep", stages,
+                                    sweep=sweep)
             self.progress.value = min(self.progress.value + 1, self.progress.max)
             failure = self._failure(point)
             if failure:
@@ -587,10 +589,10 @@ class Tuner(PanelLayout):
         self._start("replay", work)
 
     # ------------------------------------------------------------------ points, plot, table
-    def _stages(self, before: dict[str, Any]) -> dict[str, dict[str, float]]:
+    def _stages(self, before: dict[str, Any], after: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
         """The server's time per request by stage of each model whose stages are shown, from the
-        statistics since ``before`` (the point's run, its warm-up included)."""
-        after = self.server.statistics()
+        statistics between ``before`` and ``after`` (default now): the point's run, its warm-up included."""
+        after = self.server.statistics() if after is None else after
         stages: dict[str, dict[str, float]] = {}
         for name in self._stage_models:
             try:
