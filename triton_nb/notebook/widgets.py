@@ -65,7 +65,7 @@ from matplotlib.figure import Figure
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.fraud.encoding.columns import RAW_INPUT_COLUMNS
 from triton_nb.notebook import _tuner_view as view
-from triton_nb.notebook._tuner_layout import _DATA_CHOICES, FIL_OPTIONS, PanelLayout
+from triton_nb.notebook._tuner_layout import FIL_OPTIONS, PanelLayout
 from triton_nb.perf.measure import WIRE_OPTIONS, measure
 from triton_nb.perf.replay import replay, replayed_configs
 from triton_nb.perf.stats import server_breakdown
@@ -154,8 +154,9 @@ class Tuner(PanelLayout):
         steps = served.get("ensemble_scheduling", {}).get("step", [])
         self._stage_models = list(dict.fromkeys(step["model_name"] for step in steps)) or [model]
         self._accepted_data = default_input_data(served)
-        self._given = None if input_data is None or (isinstance(input_data, str) and input_data in _DATA_CHOICES) \
-            else input_data
+        # a DataFrame, a dict or a JSON file's path: offered as "the data given" beside the named kinds
+        named = isinstance(input_data, str) and input_data in ("fraud", "random", "zero")
+        self._given = None if input_data is None or named else input_data
         self._initial_data = ("given" if self._given is not None
                               else input_data if isinstance(input_data, str) else self._accepted_data)
         self.result: Any = None  # the latest sweep's TuneResult, until the next Apply (what Save config writes)
