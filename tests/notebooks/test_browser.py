@@ -1,13 +1,18 @@
-"""A real browser: JupyterLab headless, ``04_tune_batching.ipynb`` opened in Chromium, its cells run,
-the Tuner panel rendered, a click on Measure updates the plot and the table.
+"""A real browser: JupyterLab headless, ``04_tune_batching.ipynb`` opened in Chromium at a laptop's
+1280x800, its cells run, the Tuner panel rendered and checked: in each of its tabs no element runs
+past the output area's right edge, no label is clipped and every slider shows its value (and at
+1024 px wide nothing runs past the edge); a click on Measure updates the plot and the table; a small
+sweep (three queue delays) changes the plot while it runs, once per config measured, and ends with
+a recommended config marked in the ranking.
 
 Chromium is Debian's ``/usr/bin/chromium`` (``apt-get install -y chromium``; ``.ci/run`` installs it),
 driven by Playwright's sync API (``pip install -e '.[dev]'``); Playwright's own browser download is
 never used. The notebook opened is a copy with small parameters injected the way papermill does it,
 its outputs cleared and its last cell (``server.stop()``) left out: the Tuner needs a live server after
-the last cell. A screenshot is kept as ``artifacts/browser/04_tune_batching.png`` (failures leave
-``04_tune_batching-failure.png`` beside it), and one of the panel alone, ``04_tune_batching-tuner.png``
-(docs/images/tuner.png is one).
+the last cell. Screenshots are kept in ``artifacts/browser/``: ``04_tune_batching.png`` (the page after
+Measure; failures leave ``04_tune_batching-failure.png`` beside it), and of the panel alone at 1280 px
+wide, ``04_tune_batching-tuner.png`` after the sweep and ``04_tune_batching-tuner-sweep.png`` during it
+(docs/images/tuner.png and tuner-sweep.png are these).
 """
 
 from __future__ import annotations
