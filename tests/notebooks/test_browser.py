@@ -1,13 +1,18 @@
-"""A real browser: JupyterLab headless, ``04_tune_batching.ipynb`` opened in Chromium, its cells run,
-the Tuner panel rendered, a click on Measure updates the plot and the table.
+"""A real browser: JupyterLab headless, ``04_tune_batching.ipynb`` opened in Chromium at a laptop's
+1280x800, its cells run, the Tuner panel rendered and checked: in each of its tabs no element runs
+past the output area's right edge, no label is clipped and every slider shows its value (and at
+1024 px wide nothing runs past the edge); a click on Measure updates the plot and the table; a small
+sweep (three queue delays) changes the plot while it runs, once per config measured, and ends with
+a recommended config marked in the ranking.
 
 Chromium is Debian's ``/usr/bin/chromium`` (``apt-get install -y chromium``; ``.ci/run`` installs it),
 driven by Playwright's sync API (``pip install -e '.[dev]'``); Playwright's own browser download is
 never used. The notebook opened is a copy with small parameters injected the way papermill does it,
 its outputs cleared and its last cell (``server.stop()``) left out: the Tuner needs a live server after
-the last cell. A screenshot is kept as ``artifacts/browser/04_tune_batching.png`` (failures leave
-``04_tune_batching-failure.png`` beside it), and one of the panel alone, ``04_tune_batching-tuner.png``
-(docs/images/tuner.png is one).
+the last cell. Screenshots are kept in ``artifacts/browser/``: ``04_tune_batching.png`` (the page after
+Measure; failures leave ``04_tune_batching-failure.png`` beside it), and of the panel alone at 1280 px
+wide, ``04_tune_batching-tuner.png`` after the sweep and ``04_tune_batching-tuner-sweep.png`` during it
+(docs/images/tuner.png and tuner-sweep.png are these).
 """
 
 from __future__ import annotations
@@ -199,6 +204,85 @@ def _wait_kernel_idle(page, timeout: float) -> None:
         time.sleep(0.3)
 
 
+# A laptop's window, as the issue tried the panel; the panel's tabs, each checked in turn.
+LAPTOP = {"width": 1280, "height": 800}
+TABS = ("Batching", "Load", "Payload", "Sweep", "Replay")
+
+# In the page: what of the panel's visible part breaks the layout — elements whose right edge runs
+# past the output area's, labels whose text is cut (scrollWidth over clientWidth), sliders with no
+# readout shown. Hidden elements (the other tabs) have no box and are skipped.
+_LAYOUT_JS = """(panel) => {
+  const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
+  const edge = area.getBoundingClientRect().right + 1;
+  const name = e => (e.className && e.className.baseVal === undefined ? '.' + [...e.classList].join('.') : e.tagName)
+                    + ' "' + (e.textContent || '').trim().slice(0, 40) + '"';
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const past = [...panel.querySelectorAll('*')].filter(shown)
+    .filter(e => e.getBoundingClientRect().right > edge)
+    .map(e => name(e) + ' right=' + Math.round(e.getBoundingClientRect().right) + ' edge=' + Math.round(edge));
+  const clipped = [...panel.querySelectorAll('.widget-label, .widget-label-basic, label, .lm-TabBar-tabLabel, button')]
+    .filter(shown).filter(e => e.scrollWidth > e.clientWidth + 1).map(name);
+  const sliders = [...panel.querySelectorAll('.widget-slider')].filter(shown);
+  const bare = sliders.filter(s => { const r = s.querySelector('.widget-readout');
+                                     return !r || !shown(r) || !r.textContent.trim(); }).map(name);
+  return {edge, past, clipped, sliders: sliders.length, bare};
+}"""
+
+
+def check_layout(page, panel, *, width: int, tabs: tuple[str, ...], labels: bool = True) -> int:
+    """Each tab of the panel in turn at the viewport's ``width``: nothing past the output area's right
+    edge, no clipped label (when ``labels``), a readout on every slider. Returns the sliders seen."""
+    sliders = 0
+    for title in tabs:
+        panel.locator(".lm-TabBar-tab", has_text=title).first.click()
+        page.wait_for_timeout(300)  # the tab's content laid out
+        found = panel.evaluate(_LAYOUT_JS)
+        where = f"at {width} px, tab {title}"
+        assert not found["past"], f"{where}: past the output area's edge ({found['edge']}): {found['past'][:8]}"
+        if labels:
+            assert not found["clipped"], f"{where}: clipped labels: {found['clipped']}"
+        assert not found["bare"], f"{where}: sliders without a readout: {found['bare']}"
+        sliders += found["sliders"]
+    panel.locator(".lm-TabBar-tab", has_text=tabs[0]).first.click()
+    assert sliders >= 4, f"at {width} px: only {sliders} sliders seen across the tabs"
+    return sliders
+
+
+# In the page: every change of the plot's src, with whether the sweep had ended when it came.
+_WATCH_JS = """([panel, image]) => {
+  window.__tunerPlots = [];
+  new MutationObserver(() => window.__tunerPlots.push(
+      {src: image.src, done: /sweep done|error:/.test(panel.innerText)}))
+    .observe(image, {attributes: true, attributeFilter: ['src']});
+}"""
+
+
+def run_sweep(page, panel, image, shot: Path, *, timeout: float) -> None:
+    """A small sweep from the panel (three queue delays, one instance): the plot must change while it
+    runs, once per measured config, before "sweep done"; a screenshot of the panel mid-sweep."""
+    panel.locator(".lm-TabBar-tab", has_text="Sweep").first.click()
+    panel.locator(".widget-text", has_text="delays").locator("input").fill("0,100,500")
+    panel.locator(".widget-text", has_text="instances").locator("input").fill("1")
+    panel.locator(".lm-TabBar-tab", has_text="Batching").first.click()
+    page.wait_for_timeout(300)  # the typed values synced to the kernel
+    page.evaluate(_WATCH_JS, [panel.element_handle(), image.element_handle()])
+    panel.locator("button", has_text="Sweep").first.click()
+    page.wait_for_function("() => window.__tunerPlots.some(p => !p.done)", timeout=timeout * 1000, polling=100)
+    page.wait_for_function("panel => /sweep: \\d of 3/.test(panel.innerText)", arg=panel.element_handle(),
+                           timeout=10_000, polling=100)
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=str(shot))
+    page.wait_for_function("panel => /sweep done|error:/.test(panel.innerText)", arg=panel.element_handle(),
+                           timeout=timeout * 1000, polling=250)
+    text = panel.inner_text()
+    assert "sweep done" in text and "FAILED" not in text, f"the sweep did not end well:\n{text}"
+    plots = page.evaluate("() => window.__tunerPlots")
+    during = {p["src"] for p in plots if not p["done"]}
+    assert len(during) >= 2, f"the plot changed {len(during)} time(s) while the sweep ran (3 configs): {plots}"
+    assert panel.locator("table tbody tr").count() >= 4  # the measured point and the sweep's three
+    assert "★ recommended" in panel.locator("table").first.inner_text()
+
+
 def prepare(notebook: Path, target: Path, work: Path) -> None:
     """``notebook`` as the browser runs it, written to ``target``: small parameters (WORK: ``work``), no
     outputs, and without its last cell, ``server.stop()``, so that the Tuner's server stays up."""
@@ -219,9 +303,11 @@ def run_tuner_in_browser(notebook: Path, workdir: Path, sync_playwright, *, meas
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     screenshot = ARTIFACTS / f"{notebook.stem}.png"
     panel_shot = ARTIFACTS / f"{notebook.stem}-tuner.png"
+    sweep_shot = ARTIFACTS / f"{notebook.stem}-tuner-sweep.png"
     failure_shot = ARTIFACTS / f"{notebook.stem}-failure.png"
     screenshot.unlink(missing_ok=True)
     panel_shot.unlink(missing_ok=True)
+    sweep_shot.unlink(missing_ok=True)
     failure_shot.unlink(missing_ok=True)
     console: list[str] = []
 
@@ -230,7 +316,7 @@ def run_tuner_in_browser(notebook: Path, workdir: Path, sync_playwright, *, meas
         page = None
         step = "open the notebook"
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport=LAPTOP)
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             page.set_default_timeout(30_000)
@@ -271,29 +357,40 @@ def run_tuner_in_browser(notebook: Path, workdir: Path, sync_playwright, *, meas
                                          f"notebook state {state}; errors: {errors}")
                 time.sleep(0.5)
 
-            panel = page.locator(".widget-vbox").filter(has=measure).first
+            panel = page.locator(".triton-nb-tuner").first
+            panel.wait_for(state="visible")
             image = panel.locator("img.widget-image").first
             image.wait_for(state="visible")
             before = image.get_attribute("src")
             assert before, "the Tuner's plot (ipywidgets.Image) has no src"
             assert panel.locator("table tbody tr").count() == 0, "points table not empty before Measure"
 
+            step = "check the layout at 1280x800"
+            check_layout(page, panel, width=LAPTOP["width"], tabs=TABS)
+
             step = "click Measure"
             measure.scroll_into_view_if_needed()
             measure.click()
             page.wait_for_function(
                 """([image, before]) => image.src && image.src !== before
-                                        && image.closest('.widget-vbox').querySelector('table tbody tr')""",
+                                        && image.closest('.triton-nb-tuner').querySelector('table tbody tr')""",
                 arg=[image.element_handle(), before], timeout=measure_timeout * 1000, polling=250)
             step = "wait for the new plot and the status line"
             image.evaluate("img => img.decode()")  # the new PNG loaded (rejects if it is not a valid image)
             page.wait_for_function(  # the status line: "measured <config>: ... infer/s" (or an error)
-                "panel => /measured |error:/.test(panel.innerText)", arg=panel.element_handle(), polling=250)
+                "panel => /measured #|error:|FAILED/.test(panel.innerText)", arg=panel.element_handle(), polling=250)
             text = panel.inner_text()
-            assert "error:" not in text, f"the Tuner reports an error:\n{text}"
+            assert "error:" not in text and "FAILED" not in text, f"the Tuner reports an error:\n{text}"
             panel.scroll_into_view_if_needed()
             page.screenshot(path=str(screenshot))
-            page.set_viewport_size({"width": 1800, "height": 1600})  # the whole panel in view, for its own picture
+
+            step = "check the layout at 1024 wide"
+            page.set_viewport_size({"width": 1024, "height": 800})
+            check_layout(page, panel, width=1024, tabs=TABS, labels=False)
+            page.set_viewport_size({"width": LAPTOP["width"], "height": 1500})  # taller: the whole panel in view
+
+            step = "run a sweep"
+            run_sweep(page, panel, image, sweep_shot, timeout=measure_timeout * 3)
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=str(panel_shot))
             return screenshot
