@@ -861,7 +861,7 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
                                grpc_port=0 if args.protocol == "grpc" else None,
                                allow_sagemaker=bool(sagemaker), sagemaker_port=0)
         transport = connect(args.url or server, args.protocol)
-        transport.model_config(args.model)  # an unreachable server or unknown model fails here, before any output
+        transport.model_config_json(args.model)  # an unreachable server or unknown model fails here, before any output
         yield transport
     except TritonNBError as exc:
         if args.url is None:

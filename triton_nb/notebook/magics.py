@@ -303,7 +303,7 @@ class TritonMagics(Magics):
     @argument("model", help="the model to run")
     @argument("--url", default=None, help="host:port of a remote server (default: the in-kernel server)")
     @argument("--protocol", default=None, choices=list(PROTOCOLS), help="default: TritonMagics.protocol")
-    @argument("--version", default="", help="the model version (default: the latest)")
+    @argument("--version", type=int, default=None, help="the model version (default: the latest)")
     @argument("--out", default=None, help="also store the result DataFrame in this variable")
     @argument("--format", default="auto", choices=list(FORMATS),
               help="the cell: CSV with a header, JSON (records or a KServe v2 body) or a Python expression")
@@ -323,9 +323,9 @@ class TritonMagics(Magics):
             target.close()
 
     def _infer(self, target: Transport, args: Any, cell: str) -> pd.DataFrame:
-        model, version = args.model, str(args.version)
+        model, version = args.model, args.version
         self._check_model(model, target.models())
-        config = target.model_config(model, version)
+        config = target.model_config_json(model, version)
         shown, arrays = self._request(config, cell, args.format)
         outputs = [spec["name"] for spec in config.get("output", [])]
         names = _composing(config) or [model]

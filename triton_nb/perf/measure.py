@@ -105,7 +105,7 @@ def _sequence_config(resolved: Transport, config: dict[str, Any]) -> dict[str, A
     if config.get("sequence_batching"):
         return config["sequence_batching"]
     for name in _composing(config):
-        batching = resolved.model_config(name).get("sequence_batching")
+        batching = resolved.model_config_json(name).get("sequence_batching")
         if batching:
             return batching
     return None
@@ -359,7 +359,7 @@ def measure(
             raise InvalidArgumentError(f"shared_memory 'system' applies to HTTP and gRPC (in-process calls copy "
                                        f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
         wire = _wire_format(resolved.protocol, shared_memory, wire_options)
-        config = resolved.model_config(model)
+        config = resolved.model_config_json(model)
         if resolved.protocol == "sagemaker":
             # /invocations answers for the endpoint's default model only: one request makes sure it is
             # the model measured (SageMakerTransport refuses another model's answer, naming both)

@@ -260,7 +260,7 @@ class _Applier:
         self.transport = transport
         self.server = transport.service
         self.model = model
-        self.original = transport.model_config(model)
+        self.original = transport.model_config_json(model)
         self._reloaded = False
         self._cache_set = False  # response_cache changed live (restored at the end)
 
@@ -273,7 +273,7 @@ class _Applier:
             return
         others = {k: v for k, v in knobs.items() if k not in LIVE_KNOBS}
         if others:
-            current = knobs_of(self.transport.model_config(self.model), list(others))
+            current = knobs_of(self.transport.model_config_json(self.model), list(others))
             if current != others:
                 server.load_model(self.model, config=config_with_knobs(self.original, knobs))
                 self._reloaded = True
