@@ -501,17 +501,19 @@ def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_tr
 
 
 def _add_payload_options(parser: argparse.ArgumentParser) -> None:
-    """The payload flags of ``perf`` and ``tune`` (as :func:`triton_nb.perf.measure` takes them)."""
+    """The payload flags of ``perf`` and ``tune`` (the fields of :class:`triton_nb.perf.Wire`)."""
+    from triton_nb.perf.options import COMPRESSIONS, TENSOR_FORMATS  # the one list of each (no plots loaded)
+
     group = parser.add_argument_group("payload", "how requests travel (client-side; the server is not changed)")
-    group.add_argument("--input-tensor-format", choices=("binary", "json"), default="binary",
+    group.add_argument("--input-tensor-format", choices=TENSOR_FORMATS, default="binary",
                        help="HTTP: request tensors as binary data (default) or JSON")
-    group.add_argument("--output-tensor-format", choices=("binary", "json"), default="binary",
+    group.add_argument("--output-tensor-format", choices=TENSOR_FORMATS, default="binary",
                        help="HTTP: ask for binary (default) or JSON output tensors")
-    group.add_argument("--request-compression", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--request-compression", choices=COMPRESSIONS, default="none",
                        help="HTTP: compress request bodies (once per distinct request, before the load)")
-    group.add_argument("--response-compression", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--response-compression", choices=COMPRESSIONS, default="none",
                        help="HTTP: ask for compressed answers (Accept-Encoding); the client decompresses them")
-    group.add_argument("--grpc-compression-algorithm", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--grpc-compression-algorithm", choices=COMPRESSIONS, default="none",
                        help="gRPC: compress request messages")
     group.add_argument("--batch-size-weights", type=_number_list(float), default=None, metavar="W,...",
                        help="with -b S1,S2,...: the share of requests of each size (default equal)")

@@ -259,7 +259,8 @@ class InProcessClient:
         ``name``, or ``name_0..k`` for several values per row), its rows in ``frame``'s order and
         under ``frame``'s index, so ``frame.join(result)`` puts inputs and answers side by side.
 
-        Raises ``InvalidArgumentError`` naming the model for an empty frame or a missing column. If any piece fails, every other piece is still run to its end, and
+        Raises ``InvalidArgumentError`` naming the model for an empty frame or a missing column.
+        If any piece fails, every other piece is still run to its end, and
         then one error names the model and the failed row ranges (positions in ``frame``) with
         what went wrong; it is of the pieces' error class when they all failed alike. Only an
         interruption (``KeyboardInterrupt``) stops early: the pieces still queued are cancelled.

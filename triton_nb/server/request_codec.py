@@ -171,7 +171,8 @@ def infer_request(model: str, version: int | None, inputs: dict[str, np.ndarray]
     if type(request_id) is not str:
         raise InvalidArgumentError(f"model '{model}': request 'id' must be a string")
     return InferRequest(
-        model_name=model, inputs=inputs, model_version=-1 if version is None else version, requested_outputs=requested_outputs or None,
+        model_name=model, inputs=inputs, model_version=-1 if version is None else version,
+        requested_outputs=requested_outputs or None,
         request_id=request_id, priority=parameters.priority, timeout_microseconds=parameters.timeout_microseconds,
         parameters=parameters.model,
     )
