@@ -146,6 +146,11 @@ def test_flat_keywords_fold_into_their_groups():
         flat_options("measure", {"request_compression": "gzip"}, Wire(), None, None)
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'request_compresion'"):
         measure("localhost:1", "m", concurrency_range=1, request_compresion="gzip")
+    # refused before any connection: nothing listens on the URL
+    with pytest.raises(InvalidArgumentError, match=r"sequences must be a Sequences, got dict"):
+        measure("localhost:1", "m", concurrency_range=1, sequences={"sequence_length": 3})
+    with pytest.raises(InvalidArgumentError, match=r"wire: unknown option\(s\) compression"):
+        measure("localhost:1", "m", concurrency_range=1, wire={"compression": "gzip"})
 
 
 # ---------------------------------------------------------------- units in names

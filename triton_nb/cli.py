@@ -691,7 +691,7 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.shared_memory == "system" and args.protocol == "inprocess":
         parser.error("--shared-memory system needs -i http or -i grpc (in-process calls copy nothing)")
     if args.sequence_id_range is not None:
-        from triton_nb.perf.measure import parse_sequence_id_range  # only then: the perf modules load pandas
+        from triton_nb.perf.options import parse_sequence_id_range
 
         try:
             parse_sequence_id_range(args.sequence_id_range)

@@ -19,7 +19,7 @@ The load generator sends requests encoded once, before the measurement, and does
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
 on top is measured separately (``bench/bench_perf_tool.py``). Over HTTP the tensor format (binary
 or JSON) and compression are options, and every network row reports the mean bytes its requests
-and responses took on the wire (:class:`~triton_nb.perf.load.WireFormat`); requests can mix row
+and responses took on the wire (:class:`~triton_nb.perf.options.Wire`); requests can mix row
 counts (``rows_per_request=[1, 8, 64]``, ``rows_per_request_weights``).
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +196,7 @@ def measure(
     progress: bool = False,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
-    wire: Wire | None = None,
+    wire: Wire | Mapping[str, str] | None = None,
     sequences: Sequences | None = None,
     shared_memory: SharedMemory | str = "none",
     **deprecated: Any,
@@ -261,18 +261,18 @@ def measure(
     each row's ``rows_per_request`` is that mean and ``rows_per_request_mix`` the mix sent
     (``"1:90%,8:9%,64:1%"``).
 
-    ``wire`` (a :class:`~triton_nb.perf.options.Wire`; HTTP and gRPC loads; client-side, the server
-    is not touched), as perf_analyzer and tritonclient send it: ``input_tensor_format``
-    (``--input-tensor-format``) "binary" (the binary tensor data extension, the default) or "json"
-    (tensors as JSON ``data`` lists); ``output_tensor_format`` (``--output-tensor-format``) the same
-    for the answers; ``request_compression`` (``--request-compression``) "none", "gzip" or
-    "deflate": each distinct body compressed once, before the load, and sent with
-    ``Content-Encoding``; ``response_compression`` (``--response-compression``): answers asked for
-    compressed (``Accept-Encoding``) — the load generator decompresses them, as tritonclient does,
-    so that cost is in the client's latency; ``grpc_compression_algorithm``
-    (``--grpc-compression-algorithm``, gRPC only): gRPC compresses each request message itself.
-    These options apply to their protocol only: in-process calls pass arrays and have no wire, so a
-    non-default value there (or an HTTP option over gRPC) raises
+    ``wire`` (a :class:`~triton_nb.perf.options.Wire`, or a dict of some of its fields; HTTP and
+    gRPC loads; client-side, the server is not touched), as perf_analyzer and tritonclient send it:
+    ``input_tensor_format`` (``--input-tensor-format``) "binary" (the binary tensor data extension,
+    the default) or "json" (tensors as JSON ``data`` lists); ``output_tensor_format``
+    (``--output-tensor-format``) the same for the answers; ``request_compression``
+    (``--request-compression``) "none", "gzip" or "deflate": each distinct body compressed once,
+    before the load, and sent with ``Content-Encoding``; ``response_compression``
+    (``--response-compression``): answers asked for compressed (``Accept-Encoding``) — the load
+    generator decompresses them, as tritonclient does, so that cost is in the client's latency;
+    ``grpc_compression_algorithm`` (``--grpc-compression-algorithm``, gRPC only): gRPC compresses
+    each request message itself. These options apply to their protocol only: in-process calls pass
+    arrays and have no wire, so a non-default value there (or an HTTP option over gRPC) raises
     :class:`~triton_nb.errors.InvalidArgumentError` naming it, as perf_analyzer refuses an option
     its protocol lacks, rather than measuring something else. Each row reports the options and
     ``request_bytes``/``response_bytes``: the mean bytes on the wire per successful request and

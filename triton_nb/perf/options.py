@@ -88,11 +88,6 @@ class Wire:
         """Every field by name (the columns a measurement reports them in)."""
         return dataclasses.asdict(self)
 
-    def changed(self) -> dict[str, str]:
-        """The fields that differ from the defaults."""
-        default = Wire()
-        return {name: value for name, value in self.as_dict().items() if value != getattr(default, name)}
-
     def loadgen_arguments(self) -> list[str]:
         """The load generator's command-line arguments for the compression (the tensor formats
         are in the bodies it is given)."""
@@ -204,7 +199,8 @@ _FLAT = {
 }
 
 
-def flat_options(where: str, options: MutableMapping[str, Any], wire: Wire | None, sequences: Sequences | None,
+def flat_options(where: str, options: MutableMapping[str, Any], wire: Wire | Mapping[str, str] | None,
+                 sequences: Sequences | None,
                  shared_memory: SharedMemory | str | None, *, stacklevel: int = 4
                  ) -> tuple[Wire, Sequences, SharedMemory]:
     """The three groups of a call, with the deprecated flat keywords in ``options`` (taken out of
@@ -226,8 +222,10 @@ def flat_options(where: str, options: MutableMapping[str, Any], wire: Wire | Non
         warn_deprecated(f"{where}({', '.join(f'{n}=' for n in flat)}) is deprecated: pass "
                         f"{group}={kind.__name__}({spelled})", stacklevel=stacklevel)
         groups[group] = dataclasses.replace(base, **fields)
-    return (groups["wire"] or Wire(), groups["sequences"] or Sequences(),
-            SharedMemory.of(groups["shared_memory"]))
+    sequences = groups["sequences"]
+    if sequences is not None and not isinstance(sequences, Sequences):
+        raise InvalidArgumentError(f"sequences must be a Sequences, got {type(sequences).__name__}")
+    return wire_of(groups["wire"]), sequences or Sequences(), SharedMemory.of(groups["shared_memory"])
 
 
 def wire_of(value: Wire | Mapping[str, str] | None) -> Wire:
