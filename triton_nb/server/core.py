@@ -633,6 +633,8 @@ class Server:
         return self._manager.repository_index(ready_only)
 
     def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """Triton's statistics-extension JSON: of every model (``name`` None), or of ``name``'s
+        versions, all of them (``version`` None, as Triton's API has it) or one."""
         # Triton's statistics errors (400, "requested model 'x' is not available") come from the stats
         return self.stats.statistics(name, version)
 
