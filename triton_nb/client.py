@@ -123,6 +123,8 @@ def _frame_error(model_name: str, failures: list[tuple[int, int, BaseException]]
 def _version(model_version: int | str | None, stacklevel: int = 5) -> int | None:
     """A call's ``model_version``: a number (also as text, as tritonclient takes it), or None for
     the version the policy serves; "" and -1 are that too, deprecated."""
+    if model_version is None:  # the usual case, on every request's path
+        return None
     return version_or_latest(model_version, parameter="model_version", stacklevel=stacklevel)
 
 

@@ -55,6 +55,8 @@ _SAGEMAKER_BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-head
 def _version(model_version: int | str | None, stacklevel: int = 5) -> int | None:
     """A call's ``model_version``: a number, or None for the version the policy serves ("" and -1
     are that too, deprecated)."""
+    if model_version is None:  # the usual case, on every request's path
+        return None
     return version_or_latest(model_version, parameter="model_version", stacklevel=stacklevel)
 
 

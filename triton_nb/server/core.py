@@ -136,7 +136,7 @@ class Server:
         # bound once: resolving is on every request's path, and a delegating method costs a frame
         self._resolve: Callable[[str, int], _Version] = self._manager.resolve
         # the first-response histogram's buckets come from the serving version's model_metrics
-        self.stats.model_metrics = lambda name, version: self._target(name, version).config.model_metrics
+        self.stats.model_metrics = lambda name, version: self._resolve(name, version).config.model_metrics
         self._cache_switches = CacheSwitches(self._resolve)
         self.stats.cache_series = self._cache_switches.series
         # None without a cache: the one attribute a request's path reads for it
@@ -608,6 +608,8 @@ class Server:
     def input_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The loaded config itself, not a copy (read it, never change it): what clients need
         to convert inputs, without the cost of :meth:`model_config` on every request."""
+        if version is None:  # the usual case, on every request's path: resolved without a frame more
+            return self._resolve(name, -1).config
         return self._target(name, version).config
 
     def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
