@@ -91,7 +91,7 @@ def main() -> None:
         started = time.perf_counter()
         backend = FilBackend(context)
         loaded = time.perf_counter() - started
-        ready = backend.wait_compiled(timeout=600)
+        ready = backend.wait_compiled(timeout_s=600)
         print(f"FilBackend: loaded in {loaded:.2f} s; compiled engine {backend.compile_state} after "
               f"{time.perf_counter() - started:.1f} s (from cache: {backend.compiled_from_cache}); {threads} threads")
         if not ready:

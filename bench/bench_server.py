@@ -274,7 +274,7 @@ def served_fil_backends(server, name: str = "fil") -> list[FilBackend]:
 
 def wait_compiled(backend: FilBackend, label: str) -> None:
     started = time.perf_counter()
-    ready = backend.wait_compiled(timeout=COMPILE_TIMEOUT_S)
+    ready = backend.wait_compiled(timeout_s=COMPILE_TIMEOUT_S)
     source = "from cache" if backend.compiled_from_cache else "built"
     print(f"{label}: compiled engine {backend.compile_state} ({source}) after {time.perf_counter() - started:.1f} s; "
           f"engines for 1/64/4096 rows: {backend.engine_for(1)}/{backend.engine_for(64)}/{backend.engine_for(4096)}")

@@ -89,7 +89,7 @@ def main() -> None:
         from triton_nb.transport import HttpTransport
 
         url = endpoints["http"]
-        requests = request_inputs(HttpTransport(url).model_config("ensemble"), frame, count=256)
+        requests = request_inputs(HttpTransport(url).model_config_json("ensemble"), frame, count=256)
         load = NetworkLoad("http", url, "ensemble", requests, concurrency=args.concurrency)
         results["HTTP"] = _soak(load, process.pid, args.warmup_s, args.duration_s)
 

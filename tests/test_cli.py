@@ -28,7 +28,7 @@ def test_train_writes_model_encoders_and_metrics(tmp_path, capsys):
     assert summary["num_trees"] <= 20
     assert TrainedFraudModel.load(out).predict_proba(
         load_tabformer_csv(_csv(tmp_path)).head(3)
-    ).shape == (3,)
+    ).shape == (3, 2)
 
 
 def _csv(tmp_path):

@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "triton_nb"
 
 # Lowest first. A module may import its own layer and any layer below it.
 LAYERS = (
-    ("triton_nb._version", "triton_nb.errors", "triton_nb._optional", "triton_nb._native_logs", "triton_nb._locks",
-     "triton_nb._sockets", "triton_nb.tritonserver"),
+    ("triton_nb._version", "triton_nb.errors", "triton_nb._deprecation", "triton_nb._optional",
+     "triton_nb._native_logs", "triton_nb._locks", "triton_nb._sockets", "triton_nb.tritonserver"),
     ("triton_nb.tensors", "triton_nb.frames"),
     ("triton_nb.fraud",),
     ("triton_nb.repository",),

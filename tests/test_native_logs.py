@@ -45,7 +45,7 @@ def test_a_fil_model_compiled_in_the_background_prints_nothing(tmp_path, monkeyp
     assert loaded, "the model did not load"
     backend = loaded[0]
     try:
-        assert backend.wait_compiled(timeout=300), backend.compile_state
+        assert backend.wait_compiled(timeout_s=300), backend.compile_state
     finally:
         backend.finalize()
     out, err = capfd.readouterr()

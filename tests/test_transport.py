@@ -74,7 +74,7 @@ def test_ainfer_answers_alike(transport):
 
 
 def test_config_metadata_index_and_statistics(transport):
-    config = transport.model_config("scale")
+    config = transport.model_config_json("scale")
     assert config["name"] == "scale" and config["max_batch_size"] == 8
     assert [t["name"] for t in config["input"]] == ["X"] and config["input"][0]["data_type"] == "TYPE_FP32"
     metadata = transport.model_metadata("scale")
@@ -92,23 +92,23 @@ def test_config_metadata_index_and_statistics(transport):
 
 
 def test_load_with_a_config_override_and_back(transport):
-    original = transport.model_config("scale")
+    original = transport.model_config_json("scale")
     changed = {**original, "dynamic_batching": {"max_queue_delay_microseconds": 123}}
     try:
         transport.load_model("scale", changed)
-        delay = transport.model_config("scale")["dynamic_batching"]["max_queue_delay_microseconds"]
+        delay = transport.model_config_json("scale")["dynamic_batching"]["max_queue_delay_microseconds"]
         assert int(delay) == 123
         np.testing.assert_array_equal(transport.infer("scale", {"X": X})["Y"], X * 2)
     finally:
         transport.load_model("scale", original)
-    assert int(transport.model_config("scale")["dynamic_batching"]["max_queue_delay_microseconds"]) == 2000
+    assert int(transport.model_config_json("scale")["dynamic_batching"]["max_queue_delay_microseconds"]) == 2000
 
 
 def test_errors_are_ours_and_of_the_same_class(transport):
     with pytest.raises(NotFoundError, match="nothere"):
         transport.infer("nothere", {"X": X})
     with pytest.raises(NotFoundError):
-        transport.model_config("nothere")
+        transport.model_config_json("nothere")
     with pytest.raises(InvalidArgumentError, match="X"):
         transport.infer("scale", {"X": np.ones((2, 3), np.float32)})  # dims are [2]
 
@@ -117,7 +117,7 @@ def test_an_unreachable_server_is_unavailable(tmp_path):
     with serve(tmp_path, http_port=0) as gone:
         url = gone.endpoints["http"]
     with pytest.raises(UnavailableError), HttpTransport(url) as transport:
-        transport.model_config("scale")
+        transport.model_config_json("scale")
 
 
 def test_what_connect_refuses(server, tmp_path):

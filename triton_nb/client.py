@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb._deprecation import version_or_latest
 from triton_nb.errors import (
     InternalError,
     InvalidArgumentError,
@@ -88,8 +89,6 @@ class InferAsyncRequest:
         return InferResult(self._future.result(timeout=timeout))
 
 
-# The keyword options of ``infer`` after the inputs; infer_frame passes them on to every request.
-_INFER_OPTIONS = ("outputs", "model_version", "request_id", "priority", "timeout_microseconds", "parameters")
 # How many failed row ranges one error message lists for each distinct failure.
 _RANGES_SHOWN = 5
 
@@ -121,13 +120,12 @@ def _frame_error(model_name: str, failures: list[tuple[int, int, BaseException]]
     return kind(text)
 
 
-def _version(model_version: str | int) -> int:
-    if model_version in ("", None):
-        return -1
-    try:
-        return int(model_version)
-    except ValueError:
-        raise InvalidArgumentError(f"model_version must be a number, got {model_version!r}") from None
+def _version(model_version: int | str | None, stacklevel: int = 5) -> int | None:
+    """A call's ``model_version``: a number (also as text, as tritonclient takes it), or None for
+    the version the policy serves; "" and -1 are that too, deprecated."""
+    if model_version is None:  # the usual case, on every request's path
+        return None
+    return version_or_latest(model_version, parameter="model_version", stacklevel=stacklevel)
 
 
 class InProcessClient:
@@ -143,7 +141,7 @@ class InProcessClient:
         model_name: str,
         inputs: Mapping[str, Any] | pd.DataFrame,
         outputs: Sequence[str] | None,
-        model_version: str | int,
+        model_version: int | str | None,
         request_id: str,
         priority: int,
         timeout_microseconds: int | None,
@@ -152,7 +150,7 @@ class InProcessClient:
     ) -> InferRequest:
         """The request; a DataFrame becomes tensors by ``frame_config`` (the model's config as JSON,
         fetched when not given)."""
-        version = _version(model_version)
+        version = _version(model_version, stacklevel=6)
         if isinstance(inputs, pd.DataFrame):
             arrays = frame_to_inputs(frame_config or self._server.model_config_json(model_name, version), inputs)
         elif isinstance(inputs, Mapping):
@@ -168,7 +166,7 @@ class InProcessClient:
             )
         return InferRequest(
             model_name=model_name,
-            model_version=version,
+            model_version=-1 if version is None else version,  # the request's "latest", as on the wire
             inputs=arrays,
             requested_outputs=list(outputs) if outputs else None,
             request_id=request_id,
@@ -189,8 +187,9 @@ class InProcessClient:
         self,
         model_name: str,
         inputs: Mapping[str, Any] | pd.DataFrame,
+        *,
         outputs: Sequence[str] | None = None,
-        model_version: str | int = "",
+        model_version: int | str | None = None,
         request_id: str = "",
         priority: int = 0,
         timeout_microseconds: int | None = None,
@@ -207,8 +206,9 @@ class InProcessClient:
         self,
         model_name: str,
         inputs: Mapping[str, Any] | pd.DataFrame,
+        *,
         outputs: Sequence[str] | None = None,
-        model_version: str | int = "",
+        model_version: int | str | None = None,
         request_id: str = "",
         priority: int = 0,
         timeout_microseconds: int | None = None,
@@ -221,7 +221,17 @@ class InProcessClient:
         return InferAsyncRequest(self._server.infer_async(request))
 
     def infer_frame(
-        self, model_name: str, frame: pd.DataFrame, *, max_in_flight: int = 8, **options: Any
+        self,
+        model_name: str,
+        frame: pd.DataFrame,
+        *,
+        max_in_flight: int = 8,
+        outputs: Sequence[str] | None = None,
+        model_version: int | str | None = None,
+        request_id: str = "",
+        priority: int = 0,
+        timeout_microseconds: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> pd.DataFrame:
         """Run a DataFrame of any length: one request per ``max_batch_size`` rows, sent together.
 
@@ -240,7 +250,7 @@ class InProcessClient:
         of at least ``max_in_flight`` refuses none of them; a frame of up to ``max_in_flight *
         max_batch_size`` rows goes out whole before the first wait.
 
-        ``options`` are ``infer``'s — ``outputs``, ``model_version``, ``request_id``,
+        The other keywords are ``infer``'s — ``outputs``, ``model_version``, ``request_id``,
         ``priority``, ``timeout_microseconds``, ``parameters`` — and apply to every piece. As in
         ``infer``, ``timeout_microseconds`` is each request's queue timeout where the model's queue
         policy allows an override, and bounds the wait for each piece from when it was sent: a
@@ -251,24 +261,19 @@ class InProcessClient:
         ``name``, or ``name_0..k`` for several values per row), its rows in ``frame``'s order and
         under ``frame``'s index, so ``frame.join(result)`` puts inputs and answers side by side.
 
-        Raises ``InvalidArgumentError`` naming the model for an empty frame, a missing column or
-        an unknown option. If any piece fails, every other piece is still run to its end, and
+        Raises ``InvalidArgumentError`` naming the model for an empty frame or a missing column.
+        If any piece fails, every other piece is still run to its end, and
         then one error names the model and the failed row ranges (positions in ``frame``) with
         what went wrong; it is of the pieces' error class when they all failed alike. Only an
         interruption (``KeyboardInterrupt``) stops early: the pieces still queued are cancelled.
         """
-        unknown = sorted(set(options) - set(_INFER_OPTIONS))
-        if unknown:
-            raise InvalidArgumentError(
-                f"infer_frame('{model_name}'): unknown option(s) {', '.join(map(repr, unknown))}; "
-                f"the options are {', '.join(_INFER_OPTIONS)}")
         if not isinstance(frame, pd.DataFrame):
             raise InvalidArgumentError(
                 f"model '{model_name}': infer_frame takes a pandas DataFrame, got {type(frame).__name__}")
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidArgumentError(
                 f"model '{model_name}': max_in_flight must be a whole number >= 1, got {max_in_flight!r}")
-        version = _version(options.get("model_version", ""))
+        version = _version(model_version)
         # model_config, not input_config: a live update may have lowered max_batch_size, and infer
         # refuses pieces over the limit in force.
         limit = self._server.model_config(model_name, version).max_batch_size
@@ -291,7 +296,7 @@ class InProcessClient:
                     f"and a row gives one; to send the frame as one request, use infer()")
         step = limit if limit > 0 else 1
         pieces = [(start, min(start + step, len(frame))) for start in range(0, len(frame), step)]
-        wait_s = None if options.get("timeout_microseconds") is None else options["timeout_microseconds"] / 1e6
+        wait_s = None if timeout_microseconds is None else timeout_microseconds / 1e6
         responses: list[InferResponse | None] = [None] * len(pieces)
         failures: list[tuple[int, int, BaseException]] = []
         in_flight: dict[Future, tuple[int, float | None]] = {}
@@ -302,9 +307,8 @@ class InProcessClient:
                     start, stop = pieces[sent]
                     try:
                         request = self._request(
-                            model_name, frame.iloc[start:stop], options.get("outputs"), version,
-                            options.get("request_id", ""), options.get("priority", 0),
-                            options.get("timeout_microseconds"), options.get("parameters"), frame_config)
+                            model_name, frame.iloc[start:stop], outputs, version, request_id, priority,
+                            timeout_microseconds, parameters, frame_config)
                         future = self._server.infer_async(request)
                     except TritonNBError as exc:  # refused at once (a bad value, a full queue): this piece only
                         failures.append((start, stop, exc))
@@ -368,14 +372,23 @@ class InProcessClient:
         return output_columns(joined)
 
     def stream_infer(
-        self, model_name: str, inputs: Mapping[str, Any] | pd.DataFrame, **options: Any
+        self,
+        model_name: str,
+        inputs: Mapping[str, Any] | pd.DataFrame,
+        *,
+        outputs: Sequence[str] | None = None,
+        model_version: int | str | None = None,
+        request_id: str = "",
+        priority: int = 0,
+        timeout_microseconds: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> Iterator[InferResult]:
-        """Responses of a decoupled model, as they come (Triton's streaming), until the final one."""
+        """Responses of a decoupled model, as they come (Triton's streaming), until the final one
+        (``infer``'s arguments)."""
         import queue
 
-        request = self._request(model_name, inputs, options.get("outputs"), options.get("model_version", ""),
-                                options.get("request_id", ""), options.get("priority", 0),
-                                options.get("timeout_microseconds"), options.get("parameters"))
+        request = self._request(model_name, inputs, outputs, model_version, request_id, priority,
+                                timeout_microseconds, parameters)
         arrivals: queue.SimpleQueue = queue.SimpleQueue()
         request.response_sender = lambda response, final: arrivals.put((response, final))
         future = self._server.infer_async(request)
@@ -395,16 +408,18 @@ class InProcessClient:
         self,
         model_name: str,
         inputs: Mapping[str, Any] | pd.DataFrame,
+        *,
         outputs: Sequence[str] | None = None,
-        model_version: str | int = "",
+        model_version: int | str | None = None,
         request_id: str = "",
         priority: int = 0,
         timeout_microseconds: int | None = None,
         parameters: Mapping[str, Any] | None = None,
     ) -> InferResult:
         """``await client.ainfer(...)``: the awaitable variant, for asyncio code (``infer``'s arguments)."""
-        pending = self.async_infer(model_name, inputs, outputs, model_version, request_id, priority,
-                                   timeout_microseconds, parameters)
+        pending = self.async_infer(model_name, inputs, outputs=outputs, model_version=_version(model_version),
+                                   request_id=request_id, priority=priority,
+                                   timeout_microseconds=timeout_microseconds, parameters=parameters)
         return InferResult(await _relay(asyncio.get_running_loop()).attach(pending._future))
 
     # ------------------------------------------------------------------ the rest of the API
@@ -414,14 +429,14 @@ class InProcessClient:
     def is_server_ready(self) -> bool:
         return self._server.is_server_ready()
 
-    def is_model_ready(self, model_name: str, model_version: str | int = "") -> bool:
+    def is_model_ready(self, model_name: str, model_version: int | str | None = None) -> bool:
         return self._server.is_model_ready(model_name, _version(model_version))
 
-    def get_model_config(self, model_name: str, model_version: str | int = "") -> dict[str, Any]:
+    def get_model_config(self, model_name: str, model_version: int | str | None = None) -> dict[str, Any]:
         """Triton's JSON form of the effective config (as tritonclient.http returns it)."""
         return self._server.model_config_json(model_name, _version(model_version))
 
-    def get_model_metadata(self, model_name: str, model_version: str | int = "") -> dict[str, Any]:
+    def get_model_metadata(self, model_name: str, model_version: int | str | None = None) -> dict[str, Any]:
         return self._server.model_metadata(model_name, _version(model_version))
 
     def load_model(self, model_name: str, config: str | None = None, files: Mapping[str, bytes] | None = None) -> None:
@@ -430,9 +445,10 @@ class InProcessClient:
     def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
         self._server.unload_model(model_name, unload_dependents=unload_dependents)
 
-    def get_inference_statistics(self, model_name: str = "", model_version: str | int = "") -> dict[str, Any]:
-        version = None if model_version in ("", None) else _version(model_version)
-        return self._server.statistics(model_name or None, version)
+    def get_inference_statistics(self, model_name: str = "", model_version: int | str | None = None) -> dict[str, Any]:
+        """Triton's statistics JSON: of every model (``model_name`` empty), or of one, all its
+        versions (``model_version`` None) or one."""
+        return self._server.statistics(model_name or None, _version(model_version))
 
     def get_model_repository_index(self) -> list[dict[str, str]]:
         return self._server.repository_index()

@@ -152,7 +152,7 @@ def run_demo(settings: DemoSettings) -> dict[str, Any]:
     return summary
 
 
-#: The payloads the demo compares: measure()'s wire options for each.
+#: The payloads the demo compares: the fields of measure()'s ``wire`` group for each.
 PAYLOADS: dict[str, dict[str, str]] = {
     "binary": {},
     "json": {"input_tensor_format": "json", "output_tensor_format": "json"},
@@ -171,7 +171,7 @@ def _measure_payloads(server: Any, settings: DemoSettings) -> Any:
     for name, options in PAYLOADS.items():
         frame = perf.measure(server, "ensemble", concurrency_range=list(settings.payload_concurrency),
                              protocol="http", input_data="fraud", measurement_interval_ms=interval,
-                             warmup_ms=interval, max_trials=3, **options)
+                             warmup_ms=interval, max_trials=3, wire=perf.Wire(**options))
         frames.append(frame.assign(payload=name))
     return pd.concat(frames, ignore_index=True)
 
@@ -195,14 +195,14 @@ def _write_report(report: Path, tuned: Any, summary: dict[str, Any], settings: D
     matplotlib.use("Agg", force=False)
     from triton_nb import perf
 
-    budget_us = settings.latency_budget_ms * 1e3
+    budget_ms = settings.latency_budget_ms
     files = {}
     tuned.measurements.drop(columns=["batch_sizes"]).to_csv(report / "sweep_measurements.csv", index=False)
     tuned.ranking.to_csv(report / "sweep_ranking.csv", index=False)
     files["measurements"] = "sweep_measurements.csv"
     figures = {
-        "throughput_vs_latency.png": perf.plot_throughput_vs_latency(tuned.measurements, latency_budget_us=budget_us),
-        "knob_heatmap.png": perf.plot_knob_heatmap(tuned.measurements, latency_budget_us=budget_us),
+        "throughput_vs_latency.png": perf.plot_throughput_vs_latency(tuned.measurements, latency_budget_ms=budget_ms),
+        "knob_heatmap.png": perf.plot_knob_heatmap(tuned.measurements, latency_budget_ms=budget_ms),
     }
     best = tuned.ranking.iloc[0]["config"]
     best_points = tuned.measurements[tuned.measurements["config"] == best]

@@ -37,7 +37,13 @@ class InferenceServer(Server):
         return InProcessClient(self)
 
     def tune(self, model: str, **options: Any) -> Tuner:
-        """The tuning panel for ``model`` (a :class:`triton_nb.widgets.Tuner`), to display in a notebook."""
+        """The tuning panel for ``model`` (a :class:`triton_nb.notebook.widgets.Tuner`), to display in
+        a notebook: knobs to turn live, and buttons that measure and sweep. ``options`` are the
+        panel's (``tuned_model=``, ``input_data=``, ...).
+
+        Not to be confused with :func:`triton_nb.perf.tune`, the search itself (no widgets: it
+        measures every candidate config and returns the ranking), which the panel's **Sweep**
+        button runs."""
         from triton_nb.notebook.widgets import Tuner  # ipywidgets and matplotlib load only when asked
 
         return Tuner(self, model, **options)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb._deprecation import version_or_latest, warn_deprecated
 from triton_nb.errors import (
     ForbiddenError,
     InternalError,
@@ -51,6 +52,19 @@ Tensors = dict[str, np.ndarray]
 _SAGEMAKER_BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 
+def _version(model_version: int | str | None, stacklevel: int = 5) -> int | None:
+    """A call's ``model_version``: a number, or None for the version the policy serves ("" and -1
+    are that too, deprecated)."""
+    if model_version is None:  # the usual case, on every request's path
+        return None
+    return version_or_latest(model_version, parameter="model_version", stacklevel=stacklevel)
+
+
+def _wire(version: int | None) -> str:
+    """The version as Triton's protocols spell it: "" for the latest."""
+    return "" if version is None else str(version)
+
+
 class Transport:
     """The calls every way of reaching a server offers (see the module)."""
 
@@ -62,25 +76,33 @@ class Transport:
     service: InferenceService | None = None
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-              model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+              model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
         """Run one inference; the answer's tensors by name (``outputs``: the ones to return,
         default all)."""
         raise NotImplementedError
 
     async def ainfer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-                     model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+                     model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
         """:meth:`infer` for asyncio code. Network transports run the blocking call on the loop's
         default executor (tritonclient's clients are blocking), so the loop never waits on a socket;
         over HTTP those calls take turns (see :class:`HttpTransport`)."""
-        call = functools.partial(self.infer, model, inputs, outputs=outputs, model_version=model_version,
+        call = functools.partial(self.infer, model, inputs, outputs=outputs, model_version=_version(model_version),
                                  parameters=parameters)
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
-    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
-        """The effective config in Triton's JSON form."""
+    def model_config_json(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        """The effective config in Triton's JSON form (a dict, as HTTP's ``/config`` answers), the
+        same as :meth:`triton_nb.InferenceServer.model_config_json` gives."""
         raise NotImplementedError
 
-    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
+    def model_config(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        """Deprecated: :meth:`model_config_json` (the same dict). On a server object,
+        ``model_config()`` is the protobuf ``ModelConfig``; one name, one type."""
+        warn_deprecated(f"{type(self).__name__}.model_config() is deprecated: call model_config_json() (the same "
+                        "dict; InferenceServer.model_config() is the protobuf ModelConfig)")
+        return self.model_config_json(model, _version(model_version))
+
+    def model_metadata(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     def load_model(self, model: str, config: Mapping[str, Any] | str | None = None) -> None:
@@ -91,7 +113,7 @@ class Transport:
     def unload_model(self, model: str) -> None:
         raise NotImplementedError
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
+    def statistics(self, model: str = "", model_version: int | str | None = None) -> dict[str, Any]:
         """Triton's statistics-extension JSON (``{"model_stats": [...]}``); every model when ``model``
         is empty."""
         raise NotImplementedError
@@ -137,22 +159,22 @@ class InProcessTransport(Transport):
         self._client = InProcessClient(server)
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-              model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
-        result = self._client.infer(model, inputs, outputs=outputs, model_version=model_version,
+              model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
+        result = self._client.infer(model, inputs, outputs=outputs, model_version=_version(model_version),
                                     parameters=parameters)
         return dict(result.response.outputs)
 
     async def ainfer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-                     model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
-        result = await self._client.ainfer(model, inputs, outputs=outputs, model_version=model_version,
+                     model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
+        result = await self._client.ainfer(model, inputs, outputs=outputs, model_version=_version(model_version),
                                            parameters=parameters)
         return dict(result.response.outputs)
 
-    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
-        return self._client.get_model_config(model, model_version)
+    def model_config_json(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        return self._client.get_model_config(model, _version(model_version))
 
-    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
-        return self._client.get_model_metadata(model, model_version)
+    def model_metadata(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        return self._client.get_model_metadata(model, _version(model_version))
 
     def load_model(self, model: str, config: Mapping[str, Any] | str | None = None) -> None:
         self.service.load_model(model, config=dict(config) if isinstance(config, Mapping) else config)
@@ -160,8 +182,8 @@ class InProcessTransport(Transport):
     def unload_model(self, model: str) -> None:
         self._client.unload_model(model)
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
-        return self._client.get_inference_statistics(model, model_version)
+    def statistics(self, model: str = "", model_version: int | str | None = None) -> dict[str, Any]:
+        return self._client.get_inference_statistics(model, _version(model_version))
 
     def repository_index(self) -> list[dict[str, Any]]:
         return self._client.get_model_repository_index()
@@ -229,9 +251,9 @@ class _NetworkTransport(Transport):
         return [self._module_.InferRequestedOutput(name) for name in outputs]
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-              model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+              model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
         with self._errors():
-            result = self.client.infer(model, self._inputs(inputs), model_version=str(model_version),
+            result = self.client.infer(model, self._inputs(inputs), model_version=_wire(_version(model_version)),
                                        outputs=self._requested(outputs) if outputs else None,
                                        parameters=dict(parameters) if parameters else None)
             names = list(outputs) if outputs else [spec["name"] for spec in self._answer(result).get("outputs", [])]
@@ -287,14 +309,14 @@ class HttpTransport(_NetworkTransport):
         super().__init__(url, service)
 
     async def ainfer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-                     model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+                     model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
         if self._sender is None:
             self._sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triton-nb-http-ainfer")
-        call = functools.partial(self._send, model, inputs, outputs, model_version, parameters)
+        call = functools.partial(self._send, model, inputs, outputs, _version(model_version), parameters)
         return await asyncio.get_running_loop().run_in_executor(self._sender, call)
 
     def _send(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
-              model_version: str, parameters: Mapping[str, Any] | None) -> Tensors:
+              model_version: int | None, parameters: Mapping[str, Any] | None) -> Tensors:
         """On the sender thread: through the sender's own client, made there on first use."""
         if self._sender_transport is None:
             self._sender_transport = HttpTransport(self.url or "", binary=self.binary)
@@ -321,17 +343,17 @@ class HttpTransport(_NetworkTransport):
     def _requested(self, outputs: Sequence[str]) -> list[Any]:
         return [self._module_.InferRequestedOutput(name, binary_data=self.binary) for name in outputs]
 
-    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
+    def model_config_json(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_model_config(model, str(model_version))
+            return self.client.get_model_config(model, _wire(_version(model_version)))
 
-    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
+    def model_metadata(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_model_metadata(model, str(model_version))
+            return self.client.get_model_metadata(model, _wire(_version(model_version)))
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
+    def statistics(self, model: str = "", model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_inference_statistics(model, str(model_version))
+            return self.client.get_inference_statistics(model, _wire(_version(model_version)))
 
     def repository_index(self) -> list[dict[str, Any]]:
         with self._errors():
@@ -354,17 +376,17 @@ class GrpcTransport(_NetworkTransport):
     def _answer(result: Any) -> dict[str, Any]:
         return result.get_response(as_json=True)
 
-    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
+    def model_config_json(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_model_config(model, str(model_version), as_json=True)["config"]
+            return self.client.get_model_config(model, _wire(_version(model_version)), as_json=True)["config"]
 
-    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
+    def model_metadata(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_model_metadata(model, str(model_version), as_json=True)
+            return self.client.get_model_metadata(model, _wire(_version(model_version)), as_json=True)
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
+    def statistics(self, model: str = "", model_version: int | str | None = None) -> dict[str, Any]:
         with self._errors():
-            return self.client.get_inference_statistics(model, str(model_version), as_json=True)
+            return self.client.get_inference_statistics(model, _wire(_version(model_version)), as_json=True)
 
     def repository_index(self) -> list[dict[str, Any]]:
         with self._errors():
@@ -387,13 +409,13 @@ class SageMakerTransport(Transport):
         self._server = InProcessTransport(service)
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
-              model_version: str = "", parameters: Mapping[str, Any] | None = None) -> Tensors:
+              model_version: int | str | None = None, parameters: Mapping[str, Any] | None = None) -> Tensors:
         import http.client
 
         import tritonclient.http as httpclient
         from tritonclient.utils import np_to_triton_dtype
 
-        self._server.model_config(model)  # an unknown model is NotFound, as over the other protocols
+        self._server.model_config_json(model)  # an unknown model is NotFound, as over the other protocols
         tensors = []
         for name, array in inputs.items():
             array = np.asarray(array)
@@ -429,14 +451,14 @@ class SageMakerTransport(Transport):
         names = list(outputs) if outputs else [spec["name"] for spec in result.get_response().get("outputs", [])]
         return {name: result.as_numpy(name) for name in names if result.as_numpy(name) is not None}
 
-    def model_config(self, model: str, model_version: str = "") -> dict[str, Any]:
-        return self._server.model_config(model, model_version)
+    def model_config_json(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        return self._server.model_config_json(model, _version(model_version))
 
-    def model_metadata(self, model: str, model_version: str = "") -> dict[str, Any]:
-        return self._server.model_metadata(model, model_version)
+    def model_metadata(self, model: str, model_version: int | str | None = None) -> dict[str, Any]:
+        return self._server.model_metadata(model, _version(model_version))
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict[str, Any]:
-        return self._server.statistics(model, model_version)
+    def statistics(self, model: str = "", model_version: int | str | None = None) -> dict[str, Any]:
+        return self._server.statistics(model, _version(model_version))
 
     def repository_index(self) -> list[dict[str, Any]]:
         return self._server.repository_index()

@@ -457,10 +457,12 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
         assert entered.wait(30)  # the compilation is under way, held at the gate
         np.testing.assert_allclose(_run(backend, x), expected, rtol=1e-5, atol=1e-5)  # served meanwhile
         # ... while the compilation was still held: serving did not wait for it
-        assert backend.compile_state == "compiling" and not backend.wait_compiled(timeout=0)
+        assert backend.compile_state == "compiling" and not backend.wait_compiled(timeout_s=0)
     finally:
         gate.set()
-    assert backend.wait_compiled(timeout=60), backend.compile_state
+    assert backend.wait_compiled(timeout_s=60), backend.compile_state
+    with pytest.warns(DeprecationWarning, match=r"wait_compiled: timeout= is deprecated, use timeout_s="):
+        assert backend.wait_compiled(timeout=1)  # the old spelling, for a release
     assert not backend.compiled_from_cache and "tl2cgen" in backend.engines
     assert backend.engine_for(1) == "tl2cgen"  # a compiled tree walk beats every call overhead at batch 1
     np.testing.assert_allclose(_run(backend, x[:1]), expected[:1], rtol=1e-5, atol=1e-5)

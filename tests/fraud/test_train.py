@@ -98,12 +98,14 @@ def test_learns_the_fraud_signal(model, data):
 def test_predictions_from_raw_rows(model, data):
     rows = data.head(100)
     proba = model.predict_proba(rows)
-    assert proba.shape == (100,) and ((proba >= 0) & (proba <= 1)).all()
+    # scikit-learn's shape: one column per class, each row summing to 1
+    assert proba.shape == (100, 2) and ((proba >= 0) & (proba <= 1)).all()
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     expected = model.booster.inplace_predict(
         model.preprocessor.transform(rows), iteration_range=(0, model.best_iteration + 1)
     )
-    np.testing.assert_allclose(proba, expected)
-    np.testing.assert_array_equal(model.predict(rows), (proba > 0.5).astype(np.float32))
+    np.testing.assert_allclose(proba[:, 1], expected)
+    np.testing.assert_array_equal(model.predict(rows), (proba[:, 1] > 0.5).astype(np.float32))
 
 
 def test_save_and_load_round_trip(model, data, tmp_path):
@@ -118,7 +120,8 @@ def test_save_and_load_round_trip(model, data, tmp_path):
         booster = xgb.Booster(model_file=str(tmp_path / fmt))
         assert booster.num_boosted_rounds() == model.best_iteration + 1
         np.testing.assert_allclose(
-            booster.inplace_predict(model.features(data.head(50))), model.predict_proba(data.head(50)), rtol=1e-6
+            booster.inplace_predict(model.features(data.head(50))), model.predict_proba(data.head(50))[:, 1],
+            rtol=1e-6,
         )
     loaded = TrainedFraudModel.load(tmp_path)
     np.testing.assert_allclose(loaded.predict_proba(data.head(50)), model.predict_proba(data.head(50)), rtol=1e-6)
@@ -203,7 +206,7 @@ def test_dask_training_on_a_local_two_worker_cluster(data):
     for column, classes in whole.classes_.items():
         np.testing.assert_array_equal(model.preprocessor.classes_[column], classes)
     proba = model.predict_proba(data.head(20))
-    assert proba.shape == (20,)
+    assert proba.shape == (20, 2)
 
 
 def test_evaluation_frame_and_plots(tmp_path):
@@ -223,6 +226,8 @@ def test_evaluation_frame_and_plots(tmp_path):
         evaluate_predictions([0, 0], [0.1, 0.2])
     with pytest.raises(InvalidArgumentError, match="3 labels but y_score has 2"):
         evaluate_predictions([0, 1, 0], [0.1, 0.2])
+    with pytest.raises(InvalidArgumentError, match=r"pass the fraud column, y_score\[:, 1\]"):
+        evaluate_predictions([0, 1], [[0.9, 0.1], [0.2, 0.8]])  # predict_proba's (n, 2), given whole
     figure = plot_precision_recall(truth, score)
     figure.savefig(tmp_path / "pr.png")
     assert (tmp_path / "pr.png").stat().st_size > 1000

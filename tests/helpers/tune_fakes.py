@@ -65,12 +65,12 @@ class FakeTarget(Transport):
         self.capacity = capacity
         self.models_served = models
 
-    def model_config(self, model: str, model_version: str = "") -> dict:
+    def model_config_json(self, model: str, model_version: int | None = None) -> dict:
         if model not in self.models_served:
             raise NotFoundError(f"Request for unknown model: '{model}' is not found")
         return config_with_knobs(ORIGINAL, self.knobs)
 
-    def statistics(self, model: str = "", model_version: str = "") -> dict:
+    def statistics(self, model: str = "", model_version: int | None = None) -> dict:
         return {"model_stats": [{"name": "m", "version": "1", "inference_stats": {}, "batch_stats": []}]}
 
     def make_load(self, concurrency: int) -> FakeLoad:

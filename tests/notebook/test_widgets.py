@@ -1,4 +1,5 @@
-"""The tuning panel (``triton_nb.widgets.Tuner``), driven without a browser: controls set, buttons clicked."""
+"""The tuning panel (``triton_nb.notebook.widgets.Tuner``), driven without a browser: controls set,
+buttons clicked."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 from tests.helpers.scale_models import write_scale_model
 from triton_nb import serve
 from triton_nb.notebook import widgets as widgets_module
+from triton_nb.notebook.widgets import Tuner
 from triton_nb.repository.config import load_config
-from triton_nb.widgets import Tuner
 
 FAST = {"measurement_interval_ms": 150, "max_trials": 3}
 

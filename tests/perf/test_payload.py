@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.scale_models import SCALE_MODEL
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.perf import measure
+from triton_nb.perf import Wire, measure
 from triton_nb.perf._loadgen import compress, grpc_message_bytes, http_request
 from triton_nb.perf.inputs import encode_grpc, encode_http, mix_label, request_inputs, row_mix
 from triton_nb.perf.stats import Completions, summarize
@@ -147,7 +147,7 @@ def test_measured_bytes_follow_the_format_and_the_compression(wide_server):
     rows = {}
     for name, options in {"binary": {}, "json": {"input_tensor_format": "json", "output_tensor_format": "json"},
                           "gzip": {"request_compression": "gzip", "response_compression": "gzip"}}.items():
-        frame = measure(wide_server, "wide", protocol="http", **options, **common)
+        frame = measure(wide_server, "wide", protocol="http", wire=Wire(**options), **common)
         rows[name] = frame.iloc[0]
         assert rows[name]["errors"] == 0 and rows[name]["completed_requests"] > 0
         assert rows[name]["input_tensor_format"] == options.get("input_tensor_format", "binary")
@@ -155,7 +155,7 @@ def test_measured_bytes_follow_the_format_and_the_compression(wide_server):
     assert rows["json"]["request_bytes"] < rows["binary"]["request_bytes"] < 2000
     assert rows["gzip"]["request_bytes"] < rows["binary"]["request_bytes"] / 2
     assert rows["gzip"]["response_bytes"] < rows["binary"]["response_bytes"] / 2
-    grpc = measure(wide_server, "wide", protocol="grpc", grpc_compression_algorithm="gzip", **common).iloc[0]
+    grpc = measure(wide_server, "wide", protocol="grpc", wire=Wire(grpc_compression_algorithm="gzip"), **common).iloc[0]
     assert grpc["errors"] == 0 and grpc["request_bytes"] < rows["binary"]["request_bytes"] / 2
     local = measure(wide_server, "wide", protocol="inprocess", **common).iloc[0]
     assert np.isnan(local["request_bytes"]) and np.isnan(local["response_bytes"])
@@ -173,8 +173,9 @@ def test_measured_bytes_follow_the_format_and_the_compression(wide_server):
     ("http", {"rows_per_request": [1, 4], "rows_per_request_weights": [1]}, r"one weight >= 0 per size"),
 ])
 def test_payload_options_that_do_not_apply_are_refused_by_name(wide_server, protocol, options, message):
-    with pytest.raises(InvalidArgumentError, match=message):
-        measure(wide_server, "wide", concurrency_range=[1], protocol=protocol, **options)
+    wire = {name: options.pop(name) for name in list(options) if name in Wire.__dataclass_fields__}
+    with pytest.raises(InvalidArgumentError, match=message):  # a bad value when the group is made
+        measure(wide_server, "wide", concurrency_range=[1], protocol=protocol, wire=Wire(**wire), **options)
 
 
 def test_a_mix_of_rows_per_request_is_honoured(wide_server):
@@ -206,7 +207,7 @@ def test_tune_crosses_the_payload_format_with_the_servers_knobs(wide_server):
     result = tune(wide_server, "wide", {"input_tensor_format": ["binary", "json"],
                                         "max_queue_delay_microseconds": [0, 200]},
                   concurrency_range=[2], protocol="http", input_data="zero", rows_per_request=[1, 16],
-                  wire={"response_compression": "gzip"}, measurement_interval_ms=150, max_trials=2, progress=False)
+                  wire=Wire(response_compression="gzip"), measurement_interval_ms=150, max_trials=2, progress=False)
     assert sorted(result.ranking["config"]) == ["in=binary delay_us=0", "in=binary delay_us=200",
                                                 "in=json delay_us=0", "in=json delay_us=200"]
     measured = result.measurements.set_index("config")
@@ -253,8 +254,9 @@ def test_sagemaker_invocations_are_measured_with_the_samples_two_payloads(wide_s
     rows = {}
     for rows_per_request in (1, 64):
         for name in ("json", "binary"):
-            frame = measure(wide_server, "wide", protocol="sagemaker", input_tensor_format=name,
-                            output_tensor_format=name, rows_per_request=rows_per_request, **common)
+            frame = measure(wide_server, "wide", protocol="sagemaker",
+                            wire=Wire(input_tensor_format=name, output_tensor_format=name),
+                            rows_per_request=rows_per_request, **common)
             rows[name, rows_per_request] = frame.iloc[0]
             assert frame.iloc[0]["errors"] == 0 and frame.iloc[0]["protocol"] == "sagemaker"
     # 16 random floats a row: JSON spells out each one's digits, binary+json sends 4 bytes

@@ -10,6 +10,7 @@ import pytest
 from tests.helpers.scale_models import write_picky_model, write_scale_model
 from triton_nb import serve
 from triton_nb.cli import main
+from triton_nb.perf.options import Sequences, SharedMemory, Wire
 from triton_nb.repository.config import load_config
 
 PERF_ANALYZER_HEADER = ("Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
@@ -219,9 +220,8 @@ def test_perf_sequence_flags_reach_the_measurement(tmp_path, capsys, measured_op
                  "--sequence-id-range", "100:104", *SHORT]) == 0
     rows = _table(capsys.readouterr().out, "Concurrency")
     assert [row[0] for row in rows] == ["2"] and "error" not in " ".join(rows[0])
-    assert {key: seen[0][key] for key in ("sequence_length", "sequence_length_variation", "sequence_id_range",
-                                          "num_of_sequences")} == {
-        "sequence_length": 3, "sequence_length_variation": 0.0, "sequence_id_range": "100:104", "num_of_sequences": 4}
+    assert seen[0]["sequences"] == Sequences(sequence_length=3, sequence_length_variation=0.0,
+                                             sequence_id_range="100:104", num_of_sequences=4)
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -243,7 +243,7 @@ def test_perf_shared_memory_flags_reach_the_measurement(repo, capsys, measured_o
     assert "tensors in system shared memory" in printed
     rows = _table(printed, "Concurrency")
     assert [row[0] for row in rows] == ["2"] and "error" not in " ".join(rows[0])
-    assert (seen[0]["shared_memory"], seen[0]["output_shared_memory_size"]) == ("system", 4096)
+    assert seen[0]["shared_memory"] == SharedMemory(kind="system", output_size_bytes=4096)
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -269,12 +269,9 @@ def test_perf_payload_flags_reach_the_measurement_and_the_table(repo, capsys, me
     assert "Req bytes" in header and "Resp bytes" in header
     row = _table(printed, "Concurrency")[0]
     assert int(row[9]) > 0 and int(row[10]) > 0  # the bytes, after the level and eight timings
-    assert {k: seen[0][k] for k in ("input_tensor_format", "output_tensor_format", "request_compression",
-                                    "response_compression", "grpc_compression_algorithm", "rows_per_request",
-                                    "rows_per_request_weights")} == {
-        "input_tensor_format": "json", "output_tensor_format": "json", "request_compression": "gzip",
-        "response_compression": "deflate", "grpc_compression_algorithm": "none", "rows_per_request": [1, 4],
-        "rows_per_request_weights": [3.0, 1.0]}
+    assert seen[0]["wire"] == Wire(input_tensor_format="json", output_tensor_format="json",
+                                   request_compression="gzip", response_compression="deflate")
+    assert (seen[0]["rows_per_request"], seen[0]["rows_per_request_weights"]) == ([1, 4], [3.0, 1.0])
 
 
 @pytest.mark.parametrize(("flags", "message"), [

@@ -95,7 +95,7 @@ def test_throughput_vs_latency_one_line_per_config_sorted_by_load(sweep, tmp_pat
 
 
 def test_throughput_vs_latency_budget_line_and_other_percentile(sweep):
-    fig = plot_throughput_vs_latency(sweep, latency="latency_p95_us", latency_budget_us=2500)
+    fig = plot_throughput_vs_latency(sweep, latency="latency_p95_us", latency_budget_ms=2.5)
     ax = fig.axes[0]
     lines = ax.get_lines()
     assert len(lines) == 3  # two configs + the budget
@@ -148,8 +148,8 @@ def test_throughput_vs_latency_errors(sweep):
         plot_throughput_vs_latency(sweep.drop(columns="throughput_infer_per_sec"))
     with pytest.raises(ValueError, match=r"empty"):
         plot_throughput_vs_latency(sweep.iloc[0:0])
-    with pytest.raises(ValueError, match=r"latency_budget_us must be a positive"):
-        plot_throughput_vs_latency(sweep, latency_budget_us=-1)
+    with pytest.raises(ValueError, match=r"latency_budget_ms must be a positive number of milliseconds"):
+        plot_throughput_vs_latency(sweep, latency_budget_ms=-1)
     with pytest.raises(ValueError, match=r"must be a pandas DataFrame"):
         plot_throughput_vs_latency([1, 2, 3])
     bad = sweep.copy()
@@ -294,7 +294,7 @@ def test_knob_heatmap_cells_are_pivot_max(knob_sweep, tmp_path):
 
 def test_knob_heatmap_marks_exactly_the_over_budget_cells(knob_sweep, tmp_path):
     budget = 1000.0
-    fig = plot_knob_heatmap(knob_sweep, latency_budget_us=budget)
+    fig = plot_knob_heatmap(knob_sweep, latency_budget_ms=budget / 1e3)
     ax = fig.axes[0]
     x_keys, y_keys = [0, 100, 500], [1, 2]
 
@@ -354,13 +354,13 @@ def test_knob_heatmap_errors(knob_sweep):
     with pytest.raises(ValueError, match=r"no column 'preferred_batch_size'.*columns are: .*instance_count"):
         plot_knob_heatmap(knob_sweep, x="preferred_batch_size")
     with pytest.raises(ValueError, match=r"no column 'latency_p95_us'"):
-        plot_knob_heatmap(knob_sweep, latency="latency_p95_us", latency_budget_us=1000)
+        plot_knob_heatmap(knob_sweep, latency="latency_p95_us", latency_budget_ms=1)
     with pytest.raises(ValueError, match=r"x and y must be different"):
         plot_knob_heatmap(knob_sweep, x="instance_count")
     with pytest.raises(ValueError, match=r"empty"):
         plot_knob_heatmap(knob_sweep.iloc[0:0])
-    with pytest.raises(ValueError, match=r"latency_budget_us must be a positive"):
-        plot_knob_heatmap(knob_sweep, latency_budget_us=math.inf)
+    with pytest.raises(ValueError, match=r"latency_budget_ms must be a positive"):
+        plot_knob_heatmap(knob_sweep, latency_budget_ms=math.inf)
 
 
 # ---------------------------------------------------------------------------------------------

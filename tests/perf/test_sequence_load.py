@@ -16,10 +16,10 @@ from tests.helpers.scale_models import write_python_model, write_scale_model
 from tests.helpers.sequence_models import write_sequence_models
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf import Sequences, Wire, measure
 from triton_nb.perf import load as load_module
-from triton_nb.perf import measure
 from triton_nb.perf._loadgen import SequencePlan, grpc_sequence_parameters, http_sequence_parameters
-from triton_nb.perf.measure import parse_sequence_id_range
+from triton_nb.perf.options import parse_sequence_id_range
 from triton_nb.perf.stats import Completions
 
 PROTOCOLS = ["inprocess", "http", "grpc"]
@@ -129,8 +129,8 @@ def test_sequences_of_three_at_concurrency_two(seq_server, case):
     protocol = case.split()[0]
     seq_server.sequence_log.unlink(missing_ok=True)
     before = _successes(seq_server, "seq_check")
-    results = measure(seq_server, "seq_check", concurrency_range=2, protocol=protocol, sequence_length=3, **SHORT,
-                      **_PAYLOADS[case])
+    results = measure(seq_server, "seq_check", concurrency_range=2, protocol=protocol,
+                      sequences=Sequences(sequence_length=3), **SHORT, wire=Wire(**_PAYLOADS[case]))
     row = results.iloc[0]
     assert row["errors"] == 0 and row["completed_requests"] > 0
     assert row["sequence_length"] == 3 and row["protocol"] == protocol
@@ -147,8 +147,8 @@ def test_sequences_of_three_at_concurrency_two(seq_server, case):
 
 def test_ids_wrap_within_the_range_and_are_never_shared(seq_server):
     seq_server.sequence_log.unlink(missing_ok=True)
-    results = measure(seq_server, "seq_check", concurrency_range=2, sequence_length=2, sequence_id_range="10:12",
-                      **SHORT)
+    results = measure(seq_server, "seq_check", concurrency_range=2,
+                      sequences=Sequences(sequence_length=2, sequence_id_range="10:12"), **SHORT)
     assert results["errors"].iloc[0] == 0 and results["completed_requests"].iloc[0] > 0
     ended = _ended(seq_server)
     assert {number for number, _ in ended} == {10, 11} and len(ended) > 2  # wrapped, and the checker saw no clash
@@ -157,8 +157,8 @@ def test_ids_wrap_within_the_range_and_are_never_shared(seq_server):
 @pytest.mark.parametrize("protocol", ["inprocess", "http"])
 def test_sequences_at_a_request_rate(seq_server, protocol):
     seq_server.sequence_log.unlink(missing_ok=True)
-    results = measure(seq_server, "seq_check", request_rate_range=150, protocol=protocol, sequence_length=4,
-                      sequence_length_variation=0, num_of_sequences=3, **SHORT)
+    results = measure(seq_server, "seq_check", request_rate_range=150, protocol=protocol,
+                      sequences=Sequences(sequence_length=4, sequence_length_variation=0, num_of_sequences=3), **SHORT)
     row = results.iloc[0]
     assert row["errors"] == 0 and row["completed_requests"] > 0 and row["sequence_length"] == 4
     lengths = Counter(length for _, length in _ended(seq_server))
@@ -177,7 +177,7 @@ def test_a_sequence_model_gets_perf_analyzers_default_length(seq_server):
 def test_sequence_order_mistakes_count_as_errors(seq_server, monkeypatch):
     """A plan that never starts its sequences: every request fails, and the results say so."""
     monkeypatch.setattr(SequencePlan, "next", lambda self, stream: (7, False, False))
-    results = measure(seq_server, "card_count", concurrency_range=1, sequence_length=3, **SHORT)
+    results = measure(seq_server, "card_count", concurrency_range=1, sequences=Sequences(sequence_length=3), **SHORT)
     assert results["errors"].iloc[0] > 0 and results["completed_requests"].iloc[0] == 0
     assert "card_count" in results["first_error"].iloc[0]  # the server's words, naming the model
 
@@ -272,9 +272,10 @@ def test_sequence_parameters_patched_into_encoded_requests():
     ({"rows_per_request": 2}, r"rows_per_request must be 1"),
 ])
 def test_bad_sequence_options_name_the_option(seq_server, options, message):
+    fields = {name: options.pop(name) for name in list(options) if name.startswith(("sequence", "num_of"))}
     options = {"concurrency_range": 2, **options}
-    with pytest.raises(InvalidArgumentError, match=message):
-        measure(seq_server, "card_count", **options)
+    with pytest.raises(InvalidArgumentError, match=message):  # made or used: both name the field
+        measure(seq_server, "card_count", sequences=Sequences(**fields), **options)
 
 
 def test_sequence_id_ranges_as_perf_analyzer_writes_them():

@@ -16,8 +16,8 @@ from tests.helpers.scale_models import write_echo_model, write_scale_model
 from tests.helpers.sequence_models import write_sequence_models
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
+from triton_nb.perf import Sequences, SharedMemory, measure
 from triton_nb.perf import load as load_module
-from triton_nb.perf import measure
 from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, encode_grpc, encode_http
 from triton_nb.perf.load import SHARED_MEMORY_PREFIX, SystemSharedMemory
 from triton_nb.transport import connect
@@ -78,8 +78,8 @@ def test_without_shared_memory_the_column_says_none(server, seen_regions):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_bytes_inputs_and_outputs_in_shared_memory(server, seen_regions, protocol):
-    results = measure(server, "echo", concurrency_range=2, protocol=protocol, shared_memory="system",
-                      output_shared_memory_size=256, **SHORT)
+    results = measure(server, "echo", concurrency_range=2, protocol=protocol,
+                      shared_memory=SharedMemory(kind="system", output_size_bytes=256), **SHORT)
     assert results["errors"].iloc[0] == 0 and results["completed_requests"].iloc[0] > 0
     outputs = next(region for region in seen_regions[0] if region["name"].endswith("_outputs"))
     assert outputs["byte_size"] == 16 * 256  # 16 distinct requests, 256 bytes each for the BYTES output
@@ -89,7 +89,7 @@ def test_bytes_inputs_and_outputs_in_shared_memory(server, seen_regions, protoco
 def test_a_sequence_model_over_http_in_shared_memory(server):
     """The load generator patches sequence parameters into payloads that carry no tensors."""
     results = measure(server, "card_count", concurrency_range=2, protocol="http", shared_memory="system",
-                      sequence_length=3, **SHORT)
+                      sequences=Sequences(sequence_length=3), **SHORT)
     row = results.iloc[0]
     assert row["errors"] == 0 and row["completed_requests"] > 0 and row["sequence_length"] == 3
     assert server.shared_memory.status() == []
@@ -210,9 +210,10 @@ def test_what_shared_memory_cannot_do(server):
         measure(server, "scale", concurrency_range=1, protocol="inprocess", shared_memory="system")
     with pytest.raises(InvalidArgumentError, match=r"shared_memory must be one of none, system, cuda"):
         measure(server, "scale", concurrency_range=1, protocol="http", shared_memory="posix")
-    with pytest.raises(InvalidArgumentError, match=r"output_shared_memory_size must be a whole number"):
-        measure(server, "scale", concurrency_range=1, protocol="http", shared_memory="system",
-                output_shared_memory_size=0)
+    with pytest.raises(InvalidArgumentError, match=r"output_size_bytes \(--output-shared-memory-size\) must be a "
+                                                   r"whole number of bytes >= 1, got 0"):
+        measure(server, "scale", concurrency_range=1, protocol="http",
+                shared_memory=SharedMemory(kind="system", output_size_bytes=0))
     assert server.shared_memory.status() == []
 
 

@@ -4,6 +4,7 @@ in-kernel server."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from tests.helpers.scale_models import write_scale_model
 from tests.helpers.tune_fakes import ORIGINAL, FakeTarget
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.perf import tune
+from triton_nb.perf import Sequences, Wire, tune
 from triton_nb.perf.tune import config_with_knobs, knobs_of
 from triton_nb.repository.config import load_config
 
@@ -177,3 +178,16 @@ def test_a_no_batching_baseline_needs_models_that_batch(tmp_path):
     write_scale_model(tmp_path, max_batch_size=0, extra="")
     with serve(tmp_path) as server, pytest.raises(InvalidArgumentError, match="scale do not batch"):
         tune(server, "scale", {"instance_count": [1]}, no_batching_baseline=True, **FAST)
+
+
+def test_tune_takes_the_groups_and_sweeps_a_wire_field_without_a_warning():
+    target = FakeTarget()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        result = tune(target, "m", {"max_queue_delay_microseconds": [100], "request_compression": ["none", "gzip"]},
+                      concurrency_range=[1], wire=Wire(response_compression="gzip"), shared_memory="none",
+                      sequences=Sequences(), measurement_interval_ms=50, max_trials=2, progress=False)
+    assert sorted(result.measurements["request_compression"]) == ["gzip", "none"]  # the swept field
+    assert set(result.measurements["response_compression"]) == {"gzip"}  # the fixed one
+    assert result.settings.wire == Wire(response_compression="gzip")
+    assert "request_compression" not in result.recommended_config  # a client knob is not the config's

@@ -86,6 +86,6 @@ def test_probabilities_and_shap_values(trained, fraud_frame, tmp_path):
     with RealTritonServer(root) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         result = client.infer("ensemble", _http_inputs(tensors(rows)))
-    np.testing.assert_allclose(result.as_numpy("predictions"), trained.predict_proba(rows), rtol=1e-6)
+    np.testing.assert_allclose(result.as_numpy("predictions"), trained.predict_proba(rows)[:, 1], rtol=1e-6)
     shap = booster.predict(xgb.DMatrix(features), pred_contribs=True, validate_features=False)
     np.testing.assert_allclose(result.as_numpy("shap_values"), shap, rtol=1e-5, atol=1e-6)

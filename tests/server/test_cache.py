@@ -648,7 +648,7 @@ def test_the_fraud_ensemble_caches_its_fil_step_under_load(trained, fraud_frame,
         with ThreadPoolExecutor(24) as pool:
             got = list(pool.map(lambda i: client.infer("ensemble", rows.iloc[i:i + 1]).as_numpy("predictions")[0],
                                 order))
-        np.testing.assert_allclose(got, trained.predict_proba(rows)[order], rtol=1e-5)
+        np.testing.assert_allclose(got, trained.predict_proba(rows)[order, 1], rtol=1e-5)
         fil = model_stats(server, "fil")
         assert fil["inference_stats"]["success"]["count"] == 180
         assert fil["inference_stats"]["cache_hit"]["count"] > 0

@@ -448,7 +448,7 @@ def test_corrupt_models_are_unavailable_with_a_reason_naming_model_and_file(corr
         rows = fraud_frame.head(64)
         features = trained.features(rows).astype(np.float32)
         answers = [paths.infer(path, "fil", {"input__0": features}, "output__0") for path in PATHS]
-        clear = np.abs(trained.predict_proba(rows) - trained.threshold) > 1e-4  # FIL sums in float32
+        clear = np.abs(trained.predict_proba(rows)[:, 1] - trained.threshold) > 1e-4  # FIL sums in float32
         np.testing.assert_array_equal(answers[0][clear], trained.predict(rows)[clear])
         for answer in answers[1:]:
             np.testing.assert_array_equal(answer, answers[0])

@@ -28,7 +28,7 @@ def test_raw_dataframe_into_the_ensemble(trained, frame, tmp_path, model_backend
     root = export_fraud_repository(trained, tmp_path / "repo", model_backend=model_backend)
     rows = frame.sample(300, random_state=1)
     expected = trained.predict(rows)
-    proba = trained.predict_proba(rows)
+    proba = trained.predict_proba(rows)[:, 1]
     clear = np.abs(proba - trained.threshold) > 1e-4  # ONNX computes in float32
     with serve(root) as server:
         client = server.client()
@@ -51,7 +51,7 @@ def test_single_rows_batch_across_ensemble_requests(trained, frame, tmp_path):
         with ThreadPoolExecutor(24) as pool:
             got = list(pool.map(lambda i: client.infer("ensemble", rows.iloc[i:i + 1]).as_numpy("predictions")[0],
                                 range(len(rows))))
-        np.testing.assert_allclose(got, trained.predict_proba(rows), rtol=1e-5)  # FIL sums in float32
+        np.testing.assert_allclose(got, trained.predict_proba(rows)[:, 1], rtol=1e-5)  # FIL sums in float32
         stats = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
         assert stats["ensemble"]["inference_stats"]["success"]["count"] == 120
         assert stats["fil"]["execution_count"] < 120  # the composing models' batchers batched them
@@ -63,7 +63,7 @@ def test_awaitable_and_bad_rows(trained, frame, tmp_path):
     with serve(root) as server:
         client = server.client()
         # rows of both answers, none so near the threshold that FIL's float32 sum could decide it
-        proba = trained.predict_proba(frame)
+        proba = trained.predict_proba(frame)[:, 1]
         clear = np.abs(proba - trained.threshold) > 1e-4
         fraud_rows = np.flatnonzero(clear & (proba > trained.threshold))[:4]
         other_rows = np.flatnonzero(clear & (proba <= trained.threshold))[:6]
@@ -124,7 +124,7 @@ def test_the_tree_step_takes_a_formed_batch_as_one_request(trained, frame, tmp_p
         results = asyncio.run(all_at_once())
         stats = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
     got = np.concatenate([r.as_numpy("predictions") for r in results])
-    np.testing.assert_allclose(got, trained.predict_proba(rows), rtol=1e-5)
+    np.testing.assert_allclose(got, trained.predict_proba(rows)[:, 1], rtol=1e-5)
     for name in ("ensemble", "preprocessing", "fil"):
         assert stats[name]["inference_stats"]["success"]["count"] == 30, name  # requests, carried or not
         assert stats[name]["inference_count"] == 60, name

@@ -100,7 +100,7 @@ class _ServerProxy:
     def infer(self, request: Any) -> Any:
         return self.infer_async(request).result()
 
-    def is_model_ready(self, name: str, version: int = -1) -> bool:
+    def is_model_ready(self, name: str, version: int | None = None) -> bool:
         return bool(self._call("is_model_ready", name, version).result())
 
     def load_model(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -46,7 +46,7 @@ class ServerHandle(Protocol):
     def infer_async(self, request: InferRequest) -> Future[InferResponse]:
         """Same, without waiting."""
 
-    def is_model_ready(self, name: str, version: int = -1) -> bool: ...
+    def is_model_ready(self, name: str, version: int | None = None) -> bool: ...
 
     def load_model(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
         """Load (or reload) a model, with an optional JSON config and ``"file:<path>"`` overrides."""

@@ -236,7 +236,7 @@ class Logger:
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
     context = require_server("is_model_ready()")
     assert context.server is not None
-    return bool(context.server.is_model_ready(model_name, int(model_version) if model_version else -1))
+    return bool(context.server.is_model_ready(model_name, int(model_version) if model_version else None))
 
 
 # Triton core's refusal in every mode but explicit (ModelRepositoryManager::LoadUnloadModel says

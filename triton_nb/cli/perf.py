@@ -67,16 +67,18 @@ def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_tr
 
 def _add_payload_options(parser: argparse.ArgumentParser) -> None:
     """The payload flags of ``perf`` and ``tune`` (as :func:`triton_nb.perf.measure` takes them)."""
+    from triton_nb.perf.options import COMPRESSIONS, TENSOR_FORMATS  # the one list of each (no plots loaded)
+
     group = parser.add_argument_group("payload", "how requests travel (client-side; the server is not changed)")
-    group.add_argument("--input-tensor-format", choices=("binary", "json"), default="binary",
+    group.add_argument("--input-tensor-format", choices=TENSOR_FORMATS, default="binary",
                        help="HTTP: request tensors as binary data (default) or JSON")
-    group.add_argument("--output-tensor-format", choices=("binary", "json"), default="binary",
+    group.add_argument("--output-tensor-format", choices=TENSOR_FORMATS, default="binary",
                        help="HTTP: ask for binary (default) or JSON output tensors")
-    group.add_argument("--request-compression", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--request-compression", choices=COMPRESSIONS, default="none",
                        help="HTTP: compress request bodies (once per distinct request, before the load)")
-    group.add_argument("--response-compression", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--response-compression", choices=COMPRESSIONS, default="none",
                        help="HTTP: ask for compressed answers (Accept-Encoding); the client decompresses them")
-    group.add_argument("--grpc-compression-algorithm", choices=("none", "gzip", "deflate"), default="none",
+    group.add_argument("--grpc-compression-algorithm", choices=COMPRESSIONS, default="none",
                        help="gRPC: compress request messages")
     group.add_argument("--batch-size-weights", type=_comma_list(float, minimum=0), default=None, metavar="W,...",
                        help="with -b S1,S2,...: the share of requests of each size (default equal)")
@@ -241,7 +243,7 @@ def _check_perf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.shared_memory == "system" and args.protocol == "inprocess":
         parser.error("--shared-memory system needs -i http or -i grpc (in-process calls copy nothing)")
     if args.sequence_id_range is not None:
-        from triton_nb.perf.measure import parse_sequence_id_range  # only then: the perf modules load pandas
+        from triton_nb.perf.options import parse_sequence_id_range
 
         try:
             parse_sequence_id_range(args.sequence_id_range)
@@ -279,7 +281,7 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
                                grpc_port=0 if args.protocol == "grpc" else None,
                                allow_sagemaker=bool(sagemaker), sagemaker_port=0)
         transport = connect(args.url or server, args.protocol)
-        transport.model_config(args.model)  # an unreachable server or unknown model fails here, before any output
+        transport.model_config_json(args.model)  # an unreachable server or unknown model fails here, before any output
         yield transport
     except TritonNBError as exc:
         if args.url is None:

@@ -51,7 +51,11 @@ def label_predictions(outputs: Any, threshold: float = 0.5) -> pd.DataFrame | No
 
 def _check_scores(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
     truth = np.asarray(y_true).astype(np.int64).ravel()
-    score = np.asarray(y_score, dtype=np.float64).ravel()
+    score = np.asarray(y_score, dtype=np.float64)
+    if score.ndim == 2 and score.shape[1] == 2:  # predict_proba's two columns, given whole
+        raise InvalidArgumentError(f"y_score has shape {score.shape} (both classes' probabilities): pass the "
+                                   "fraud column, y_score[:, 1]")
+    score = score.ravel()
     if truth.shape != score.shape:
         raise InvalidArgumentError(
             f"y_true has {truth.size} labels but y_score has {score.size} scores"

@@ -77,13 +77,20 @@ class TrainedFraudModel:
         return self.preprocessor.transform(frame)
 
     def predict_proba(self, frame: pd.DataFrame | Any) -> np.ndarray:
-        """P(fraud) per row of raw transactions, using the trees up to the best iteration."""
-        features = self.features(frame)
-        return self.booster.inplace_predict(features, iteration_range=(0, self.best_iteration + 1))
+        """Class probabilities per row of raw transactions, shape ``(n, 2)`` as scikit-learn's
+        classifiers give them: column 0 is P(not fraud), column 1 P(fraud) (so
+        ``predict_proba(frame)[:, 1]`` is the fraud score). The trees up to the best iteration."""
+        fraud = self._fraud_probability(frame)
+        return np.column_stack((1.0 - fraud, fraud))
 
     def predict(self, frame: pd.DataFrame | Any) -> np.ndarray:
-        """1.0 for fraud, 0.0 otherwise, with Triton FIL's rule ``p > threshold``."""
-        return (self.predict_proba(frame) > self.threshold).astype(np.float32)
+        """1.0 for fraud, 0.0 otherwise, with Triton FIL's rule ``P(fraud) > threshold``."""
+        return (self._fraud_probability(frame) > self.threshold).astype(np.float32)
+
+    def _fraud_probability(self, frame: pd.DataFrame | Any) -> np.ndarray:
+        # The booster's binary:logistic output is P(class 1) alone, one value per row
+        features = self.features(frame)
+        return self.booster.inplace_predict(features, iteration_range=(0, self.best_iteration + 1))
 
     def save(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
         """Write ``xgboost.json``, ``xgboost.ubj``, the label encoders and ``metrics.json``.

@@ -14,6 +14,8 @@ from typing import Any
 
 import ipywidgets as w
 
+from triton_nb.perf.options import COMPRESSIONS
+
 __all__ = ["FIL_OPTIONS", "PanelLayout"]
 
 #: FIL engine parameters offered as dropdowns (Triton FIL's allowed values).
@@ -129,10 +131,10 @@ class PanelLayout:
                                               style=style, layout=layout(), tooltip="HTTP: binary or JSON tensors")
         c["output_tensor_format"] = w.Dropdown(options=["binary", "json"], value="binary",
                                                description="response tensors", style=style, layout=layout())
-        c["compression"] = w.Dropdown(options=["none", "gzip", "deflate"], value="none", description="compression",
+        c["compression"] = w.Dropdown(options=list(COMPRESSIONS), value="none", description="compression",
                                       style=style, layout=layout(),
                                       tooltip="HTTP: the request bodies (Content-Encoding); gRPC: its messages")
-        c["response_compression"] = w.Dropdown(options=["none", "gzip", "deflate"], value="none",
+        c["response_compression"] = w.Dropdown(options=list(COMPRESSIONS), value="none",
                                                description="answers zipped", style=style, layout=layout(),
                                                tooltip="HTTP: Accept-Encoding (the client decompresses)")
         c["sweep_delays"] = w.Text(value="0,100,500", description="delays (µs)", style=style, layout=layout(),

@@ -36,6 +36,7 @@ from traitlets import Unicode
 from triton_nb.errors import TritonNBError
 from triton_nb.frames import config_datatype, frame_to_inputs, output_columns, to_datatype, values_to_inputs
 from triton_nb.fraud.evaluate import label_predictions
+from triton_nb.perf.options import COMPRESSIONS, DEFAULT_OUTPUT_SHARED_MEMORY_SIZE, SHARED_MEMORY_KINDS, TENSOR_FORMATS
 from triton_nb.server.settings import MODEL_CONTROL_MODES
 from triton_nb.transport import PROTOCOLS, Transport, connect
 
@@ -303,7 +304,7 @@ class TritonMagics(Magics):
     @argument("model", help="the model to run")
     @argument("--url", default=None, help="host:port of a remote server (default: the in-kernel server)")
     @argument("--protocol", default=None, choices=list(PROTOCOLS), help="default: TritonMagics.protocol")
-    @argument("--version", default="", help="the model version (default: the latest)")
+    @argument("--version", type=int, default=None, help="the model version (default: the latest)")
     @argument("--out", default=None, help="also store the result DataFrame in this variable")
     @argument("--format", default="auto", choices=list(FORMATS),
               help="the cell: CSV with a header, JSON (records or a KServe v2 body) or a Python expression")
@@ -323,9 +324,9 @@ class TritonMagics(Magics):
             target.close()
 
     def _infer(self, target: Transport, args: Any, cell: str) -> pd.DataFrame:
-        model, version = args.model, str(args.version)
+        model, version = args.model, args.version
         self._check_model(model, target.models())
-        config = target.model_config(model, version)
+        config = target.model_config_json(model, version)
         shown, arrays = self._request(config, cell, args.format)
         outputs = [spec["name"] for spec in config.get("output", [])]
         names = _composing(config) or [model]
@@ -452,21 +453,21 @@ class TritonMagics(Magics):
                                                  "ensemble's inputs, else random)")
     @argument("--rows-per-request", default="1", help="rows in each request, or a mix of sizes: 1,8,64")
     @argument("--rows-per-request-weights", default=None, help="with a mix: the share of each size, e.g. 0.7,0.2,0.1")
-    @argument("--input-tensor-format", default="binary", choices=["binary", "json"], help="HTTP: request tensors")
-    @argument("--output-tensor-format", default="binary", choices=["binary", "json"], help="HTTP: output tensors")
-    @argument("--request-compression", default="none", choices=["none", "gzip", "deflate"], help="HTTP bodies")
-    @argument("--response-compression", default="none", choices=["none", "gzip", "deflate"],
+    @argument("--input-tensor-format", default="binary", choices=TENSOR_FORMATS, help="HTTP: request tensors")
+    @argument("--output-tensor-format", default="binary", choices=TENSOR_FORMATS, help="HTTP: output tensors")
+    @argument("--request-compression", default="none", choices=COMPRESSIONS, help="HTTP bodies")
+    @argument("--response-compression", default="none", choices=COMPRESSIONS,
               help="HTTP: ask for compressed answers (Accept-Encoding)")
-    @argument("--grpc-compression-algorithm", default="none", choices=["none", "gzip", "deflate"],
+    @argument("--grpc-compression-algorithm", default="none", choices=COMPRESSIONS,
               help="gRPC: compress request messages")
     @argument("--sequence-length", type=int, default=None,
               help="sequence models: requests per sequence, about (default 20 for a model with sequence_batching)")
     @argument("--sequence-length-variation", type=float, default=20.0,
               help="sequence models: how far a sequence's length may vary, in %% (default 20)")
     @argument("--sequence-id-range", default=None, help="sequence models: START[:END] of the ids (END excluded)")
-    @argument("--shared-memory", default="none", choices=["none", "system", "cuda"],
+    @argument("--shared-memory", default="none", choices=SHARED_MEMORY_KINDS,
               help="system: tensors in shared-memory regions registered with the server (http or grpc)")
-    @argument("--output-shared-memory-size", type=int, default=102400,
+    @argument("--output-shared-memory-size", type=int, default=DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
               help="with --shared-memory system: bytes per row for BYTES or variable-shape outputs")
     @argument("--out", default=None, help="also store the results DataFrame in this variable")
     @line_magic
@@ -494,17 +495,18 @@ class TritonMagics(Magics):
         try:
             results = perf.measure(target, args.model, concurrency_range=concurrency, protocol=protocol,
                                    input_data=input_data, rows_per_request=rows[0] if len(rows) == 1 else rows,
-                                   rows_per_request_weights=weights, input_tensor_format=args.input_tensor_format,
-                                   output_tensor_format=args.output_tensor_format,
-                                   request_compression=args.request_compression,
-                                   response_compression=args.response_compression,
-                                   grpc_compression_algorithm=args.grpc_compression_algorithm,
+                                   rows_per_request_weights=weights,
+                                   wire=perf.Wire(input_tensor_format=args.input_tensor_format,
+                                                  output_tensor_format=args.output_tensor_format,
+                                                  request_compression=args.request_compression,
+                                                  response_compression=args.response_compression,
+                                                  grpc_compression_algorithm=args.grpc_compression_algorithm),
                                    measurement_interval_ms=args.measurement_interval,
-                                   sequence_length=args.sequence_length,
-                                   sequence_length_variation=args.sequence_length_variation,
-                                   sequence_id_range=_unquote(args.sequence_id_range),
-                                   shared_memory=args.shared_memory,
-                                   output_shared_memory_size=args.output_shared_memory_size)
+                                   sequences=perf.Sequences(sequence_length=args.sequence_length,
+                                                            sequence_length_variation=args.sequence_length_variation,
+                                                            sequence_id_range=_unquote(args.sequence_id_range)),
+                                   shared_memory=perf.SharedMemory(kind=args.shared_memory,
+                                                                   output_size_bytes=args.output_shared_memory_size))
         except TritonNBError as exc:
             raise _usage(exc) from None
         figure = perf.plot_throughput_vs_latency(results)

@@ -1,4 +1,4 @@
-"""The tuning panel: ``triton_nb.widgets.Tuner(server, "ensemble")`` (or ``server.tune("ensemble")``).
+"""The tuning panel: ``triton_nb.notebook.widgets.Tuner(server, "ensemble")`` (or ``server.tune("ensemble")``).
 
 An ipywidgets panel over a running in-kernel server, laid out for a laptop's notebook (it wraps to
 the output area's width, 1024 px screens included). The knobs are grouped in tabs:
@@ -62,11 +62,13 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from triton_nb._deprecation import no_unknown, renamed
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.fraud.encoding.columns import RAW_INPUT_COLUMNS
 from triton_nb.notebook import _tuner_view as view
 from triton_nb.notebook._tuner_layout import FIL_OPTIONS, PanelLayout
 from triton_nb.perf.measure import WIRE_OPTIONS, measure
+from triton_nb.perf.options import Wire
 from triton_nb.perf.replay import replay, replayed_configs
 from triton_nb.perf.stats import server_breakdown
 from triton_nb.perf.tune import BATCHING_KNOBS, CLIENT_KNOBS, config_label, config_with_knobs, knobs_of, tune
@@ -223,11 +225,14 @@ class Tuner(PanelLayout):
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Join the background action, if any; True when none is running any more."""
+    def wait(self, timeout_s: float | None = None, **deprecated: Any) -> bool:
+        """Join the background action, if any, for at most ``timeout_s`` seconds (None: until it
+        ends); True when none is running any more. (``timeout=`` is the old spelling.)"""
+        timeout_s = renamed("Tuner.wait", deprecated, "timeout", "timeout_s", timeout_s, None)
+        no_unknown("Tuner.wait", deprecated)
         thread = self._thread
         if thread is not None:
-            thread.join(timeout)
+            thread.join(timeout_s)
         return not self.busy
 
     # ------------------------------------------------------------------ status
@@ -400,7 +405,8 @@ class Tuner(PanelLayout):
             self.progress.max, self.progress.value = 1, 0
             started = time.monotonic()
             before = self.server.statistics()
-            frame = measure(self.server, self.model, protocol=protocol, input_data=data, **load, **timing, **wire)
+            frame = measure(self.server, self.model, protocol=protocol, input_data=data, **load, **timing,
+                            wire=Wire(**wire))
             point = self._add_point(frame.iloc[0].to_dict(), knobs, "measure", self._stages(before))
             self.progress.value = 1
             failure = self._failure(point)

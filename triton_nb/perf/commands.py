@@ -12,7 +12,7 @@ from typing import Any
 
 from triton_nb.errors import InvalidArgumentError
 
-__all__ = ["REPLAY_START", "payload_options", "run_perf", "run_tune"]
+__all__ = ["REPLAY_START", "payload_options", "run_perf", "run_tune", "wire_of_args"]
 
 #: ``tune --replay-url start``: start the nvidia-pytriton wheel's tritonserver for the replay
 REPLAY_START = "start"
@@ -21,10 +21,17 @@ _WIRE_FLAGS = ("input_tensor_format", "output_tensor_format", "request_compressi
                "grpc_compression_algorithm")
 
 
+def wire_of_args(args: argparse.Namespace) -> Any:
+    """The parsed wire flags (the fields of :class:`~triton_nb.perf.options.Wire`, flag for field)."""
+    from triton_nb.perf.options import Wire
+
+    return Wire(**{name: getattr(args, name) for name in _WIRE_FLAGS})
+
+
 def payload_options(args: argparse.Namespace) -> dict[str, Any]:
     """The parsed payload flags as :func:`~triton_nb.perf.measure`'s keywords."""
     return {"rows_per_request": args.rows_per_request, "rows_per_request_weights": args.batch_size_weights,
-            **{name: getattr(args, name) for name in _WIRE_FLAGS}}
+            "wire": wire_of_args(args)}
 
 
 def _rows_text(args: argparse.Namespace) -> str:
@@ -64,7 +71,7 @@ def _perf_line(cells: Sequence[str], widths: Sequence[int]) -> str:
 def run_perf(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace], Any]) -> int:
     """``triton-nb perf`` once its arguments are parsed: ``perf_target(args)`` is a context manager
     giving the transport to measure through. Returns the exit status."""
-    from triton_nb.perf import measure, write_perf_analyzer_csv
+    from triton_nb.perf import Sequences, SharedMemory, measure, write_perf_analyzer_csv
 
     by_rate = args.request_rate_range is not None
     levels = args.request_rate_range if by_rate else args.concurrency_range
@@ -75,10 +82,13 @@ def run_perf(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
                "measurement_interval_ms": args.measurement_interval,
                "measurement_request_count": args.measurement_request_count,
                "stability_percentage": args.stability_percentage, "max_trials": args.max_trials,
-               "percentile": args.percentile, "sequence_length": args.sequence_length,
-               "sequence_length_variation": args.sequence_length_variation,
-               "sequence_id_range": args.sequence_id_range, "num_of_sequences": args.num_of_sequences,
-               "shared_memory": args.shared_memory, "output_shared_memory_size": args.output_shared_memory_size,
+               "latency_percentile": args.percentile,
+               "sequences": Sequences(sequence_length=args.sequence_length,
+                                      sequence_length_variation=args.sequence_length_variation,
+                                      sequence_id_range=args.sequence_id_range,
+                                      num_of_sequences=args.num_of_sequences),
+               "shared_memory": SharedMemory(kind=args.shared_memory,
+                                             output_size_bytes=args.output_shared_memory_size),
                **payload_options(args)}
     if by_rate:
         options["request_distribution"] = args.request_distribution or "constant"
@@ -180,7 +190,7 @@ def run_tune(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
                       latency_percentile=args.percentile, protocol=args.protocol, input_data=args.input_data,
                       measurement_interval_ms=args.measurement_interval, rows_per_request=args.rows_per_request,
                       rows_per_request_weights=args.batch_size_weights,
-                      wire={name: getattr(args, name) for name in _WIRE_FLAGS},
+                      wire=wire_of_args(args),
                       max_trials=args.max_trials, progress=False, on_point=on_point)
     if result.interrupted:
         print("interrupted: ranking the configs measured so far")
@@ -202,13 +212,13 @@ def run_tune(args: argparse.Namespace, perf_target: Callable[[argparse.Namespace
     if args.plots is not None and not result.measurements.empty:
         from triton_nb.perf import plot_knob_heatmap, plot_throughput_vs_latency
 
-        budget_us = args.latency_budget_ms * 1e3
+        budget_ms = args.latency_budget_ms
         figures = {"throughput_vs_latency": plot_throughput_vs_latency(
-            result.measurements, latency=latency, by="config", latency_budget_us=budget_us)}
+            result.measurements, latency=latency, by="config", latency_budget_ms=budget_ms)}
         varying = [name for name, values in knobs.items() if len(values) > 1]
         if len(varying) == 2:
             figures["knob_heatmap"] = plot_knob_heatmap(result.measurements, x=varying[0], y=varying[1],
-                                                        latency=latency, latency_budget_us=budget_us)
+                                                        latency=latency, latency_budget_ms=budget_ms)
         _save_figures(args.plots, figures)
     if result.interrupted:
         return 130

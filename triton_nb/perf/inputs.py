@@ -22,12 +22,11 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.frames import frame_to_inputs
+from triton_nb.perf.options import TENSOR_FORMATS
 from triton_nb.server.protocol import array_to_buffer
 from triton_nb.tensors import numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = [
-    "COMPRESSIONS",
-    "TENSOR_FORMATS",
     "SharedMemoryPlaces",
     "TensorPlace",
     "encode_grpc",
@@ -39,11 +38,6 @@ __all__ = [
 ]
 
 InputData = pd.DataFrame | dict | str | os.PathLike | None
-#: perf_analyzer's ``--input-tensor-format`` / ``--output-tensor-format`` values (HTTP).
-TENSOR_FORMATS = ("binary", "json")
-#: tritonclient's request and response compression algorithms (HTTP), and perf_analyzer's
-#: ``--grpc-compression-algorithm`` values ("none" and the two gRPC offers).
-COMPRESSIONS = ("none", "gzip", "deflate")
 
 
 def _specs(config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ With :class:`SystemSharedMemory` (perf_analyzer's ``--shared-memory system``), a
 requests refer to registered shared-memory regions instead of carrying tensors: the inputs are
 written there once, before the load, and the outputs are written there by the server.
 
-With a :class:`WireFormat`, a network load's requests carry JSON tensors instead of binary ones, ask
-for JSON answers, or are compressed (HTTP), or gRPC compresses its messages; every distinct request
+With a :class:`~triton_nb.perf.options.Wire`, a network load's requests carry JSON tensors instead of
+binary ones, ask for JSON answers, or are compressed (HTTP), or gRPC compresses its messages; every distinct request
 is encoded once here and compressed once by the load generator, before the load. Network
 completions carry each request's and response's bytes on the wire; in-process ones have none.
 """
@@ -51,20 +51,15 @@ from triton_nb.errors import InvalidArgumentError
 from triton_nb.frames import config_datatype
 from triton_nb.perf import _loadgen
 from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, encode_grpc, encode_http
+from triton_nb.perf.options import DEFAULT_OUTPUT_SHARED_MEMORY_SIZE, Wire
 from triton_nb.perf.stats import Completions
 from triton_nb.server.protocol import array_to_buffer
 from triton_nb.server.service import InferenceService
 from triton_nb.tensors import InferRequest, triton_to_numpy_dtype
 from triton_nb.transport import Transport
 
-__all__ = ["DEFAULT_OUTPUT_SHARED_MEMORY_SIZE", "SHARED_MEMORY_KINDS", "InProcessLoad", "NetworkLoad", "SequenceSpec",
-           "SystemSharedMemory", "WireFormat", "open_load"]
+__all__ = ["InProcessLoad", "NetworkLoad", "SequenceSpec", "SystemSharedMemory", "open_load"]
 
-#: perf_analyzer's ``--shared-memory`` choices.
-SHARED_MEMORY_KINDS = ("none", "system", "cuda")
-#: perf_analyzer's ``--output-shared-memory-size`` default: the bytes per row of an output whose
-#: size the config does not give (BYTES, or a variable dimension).
-DEFAULT_OUTPUT_SHARED_MEMORY_SIZE = 102400
 #: Every region this module creates is named (and keyed, ``/dev/shm/<name>``) with this prefix.
 SHARED_MEMORY_PREFIX = "triton_nb_perf_"
 # Tensors start on a cache line: concurrent requests never write to a line another one writes.
@@ -478,23 +473,6 @@ _BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
               "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
-@dataclass(frozen=True)
-class WireFormat:
-    """How a network load's requests travel: perf_analyzer's ``--input-tensor-format`` and
-    ``--output-tensor-format`` (HTTP: "binary" or "json"), tritonclient's request and response
-    compression (HTTP: "none", "gzip", "deflate") and ``--grpc-compression-algorithm`` (gRPC)."""
-
-    input_tensor_format: str = "binary"
-    output_tensor_format: str = "binary"
-    request_compression: str = "none"
-    response_compression: str = "none"
-    grpc_compression_algorithm: str = "none"
-
-    def loadgen_arguments(self) -> list[str]:
-        return ["--request-compression", self.request_compression, "--response-compression",
-                self.response_compression, "--grpc-compression", self.grpc_compression_algorithm]
-
-
 class NetworkLoad:
     """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`);
     with ``shared_memory`` (open, for these ``requests``), requests that refer to its regions;
@@ -504,13 +482,13 @@ class NetworkLoad:
     def __init__(self, protocol: str, url: str, model: str, requests: list[dict[str, np.ndarray]], *,
                  concurrency: int | None = None, request_rate: float | None = None,
                  distribution: str = "constant", seed: int = 0, sequences: SequenceSpec | None = None,
-                 shared_memory: SystemSharedMemory | None = None, wire: WireFormat | None = None) -> None:
+                 shared_memory: SystemSharedMemory | None = None, wire: Wire | None = None) -> None:
         if (concurrency is None) == (request_rate is None):
             raise InvalidArgumentError("give concurrency or request_rate")
         if shared_memory is not None and len(shared_memory.places) != len(requests):
             raise InvalidArgumentError("shared_memory: the regions were laid out for other requests")
         places = shared_memory.places if shared_memory is not None else [None] * len(requests)
-        wire = wire or WireFormat()
+        wire = wire or Wire()
         if protocol in ("http", "sagemaker"):  # SageMaker's /invocations takes the same bodies
             encoded: dict[int, tuple[bytes, int]] = {}  # id() of a distinct request -> its payload
             payloads = []

@@ -19,7 +19,7 @@ The load generator sends requests encoded once, before the measurement, and does
 answers, so "client send" and "client recv" are zero by construction; what a client library adds
 on top is measured separately (``bench/bench_perf_tool.py``). Over HTTP the tensor format (binary
 or JSON) and compression are options, and every network row reports the mean bytes its requests
-and responses took on the wire (:class:`~triton_nb.perf.load.WireFormat`); requests can mix row
+and responses took on the wire (:class:`~triton_nb.perf.options.Wire`); requests can mix row
 counts (``rows_per_request=[1, 8, 64]``, ``rows_per_request_weights``).
 """
 
@@ -28,30 +28,29 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from triton_nb._deprecation import no_unknown, renamed
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.inputs import (
-    COMPRESSIONS,
-    TENSOR_FORMATS,
     InputData,
     RowsPerRequest,
     mix_label,
     request_inputs,
     row_mix,
 )
-from triton_nb.perf.load import (
-    DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
-    SHARED_MEMORY_KINDS,
-    SequenceSpec,
-    SystemSharedMemory,
-    WireFormat,
-    open_load,
+from triton_nb.perf.load import SequenceSpec, SystemSharedMemory, open_load
+from triton_nb.perf.options import (
+    Sequences,
+    SharedMemory,
+    Wire,
+    flat_options,
+    parse_sequence_id_range,
 )
 from triton_nb.perf.stats import PERCENTILES, Completions, Window, is_stable, parse_range, server_breakdown, summarize
 from triton_nb.transport import Transport, connect
@@ -105,7 +104,7 @@ def _sequence_config(resolved: Transport, config: dict[str, Any]) -> dict[str, A
     if config.get("sequence_batching"):
         return config["sequence_batching"]
     for name in _composing(config):
-        batching = resolved.model_config(name).get("sequence_batching")
+        batching = resolved.model_config_json(name).get("sequence_batching")
         if batching:
             return batching
     return None
@@ -121,51 +120,12 @@ def _string_corrid(batching: dict[str, Any] | None) -> bool:
     return False
 
 
-def parse_sequence_id_range(value: str | Sequence[int | None] | int | None) -> tuple[int, int | None]:
-    """perf_analyzer's ``--sequence-id-range`` ``start[:end]``: the first id and the end (excluded;
-    None: unbounded). Also a ``(start, end)`` tuple or a single start. Default ``(1, None)``."""
-    if value is None:
-        return 1, None
-    if isinstance(value, str):
-        parts = value.split(":")
-        try:
-            numbers: list[int | None] = [int(part) for part in parts]
-        except ValueError:
-            numbers = []
-    elif isinstance(value, int) and not isinstance(value, bool):
-        numbers = [value]
-    else:
-        numbers = list(value)
-    valid = (1 <= len(numbers) <= 2 and isinstance(numbers[0], int) and not isinstance(numbers[0], bool)
-             and (len(numbers) == 1 or numbers[1] is None
-                  or (isinstance(numbers[1], int) and not isinstance(numbers[1], bool))))
-    if not valid:
-        raise InvalidArgumentError(f"sequence_id_range must be start[:end] (whole numbers), got {value!r}")
-    start = numbers[0]
-    end = numbers[1] if len(numbers) == 2 else None
-    if start < 1:
-        raise InvalidArgumentError(f"sequence_id_range must start at 1 or more (sequence id 0 means no sequence), "
-                                   f"got {value!r}")
-    if end is not None and end <= start:
-        raise InvalidArgumentError(f"sequence_id_range {value!r}: the end is excluded and must be above the start")
-    return start, end
-
-
-def _sequence_spec(resolved: Transport, config: dict[str, Any], sequence_length: int | None,
-                   sequence_length_variation: float, sequence_id_range: Any, num_of_sequences: int,
+def _sequence_spec(resolved: Transport, config: dict[str, Any], sequences: Sequences,
                    active_sequences: int, rows_per_request: int) -> SequenceSpec | None:
     """The sequences to run, or None for stateless requests: with ``sequence_length`` given, or by
-    default for a model with ``sequence_batching``; the options checked, naming them."""
-    if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
-                                        or sequence_length < 1):
-        raise InvalidArgumentError(f"sequence_length must be a whole number >= 1, got {sequence_length!r}")
-    if not (isinstance(sequence_length_variation, (int, float)) and math.isfinite(sequence_length_variation)
-            and sequence_length_variation >= 0):
-        raise InvalidArgumentError(f"sequence_length_variation must be a percentage >= 0, got "
-                                   f"{sequence_length_variation!r}")
-    if isinstance(num_of_sequences, bool) or not isinstance(num_of_sequences, int) or num_of_sequences < 1:
-        raise InvalidArgumentError(f"num_of_sequences must be a whole number >= 1, got {num_of_sequences!r}")
-    id_start, id_end = parse_sequence_id_range(sequence_id_range)
+    default for a model with ``sequence_batching`` (the group's values were checked when it was made)."""
+    sequence_length, sequence_id_range = sequences.sequence_length, sequences.sequence_id_range
+    id_start, id_end = sequences.id_range
     batching = _sequence_config(resolved, config)
     if sequence_length is None and batching is None:
         return None
@@ -177,40 +137,33 @@ def _sequence_spec(resolved: Transport, config: dict[str, Any], sequence_length:
             f"sequence_id_range {sequence_id_range!r} holds {id_end - id_start} id(s), fewer than the "
             f"{active_sequences} sequences active at once: two active sequences would share an id")
     return SequenceSpec(length=DEFAULT_SEQUENCE_LENGTH if sequence_length is None else sequence_length,
-                        variation_pct=float(sequence_length_variation), id_start=id_start, id_end=id_end,
-                        num_of_sequences=num_of_sequences, string_ids=_string_corrid(batching))
+                        variation_pct=float(sequences.sequence_length_variation), id_start=id_start, id_end=id_end,
+                        num_of_sequences=sequences.num_of_sequences, string_ids=_string_corrid(batching))
 
 
-def _check_shared_memory(shared_memory: str, output_shared_memory_size: int) -> None:
-    if shared_memory not in SHARED_MEMORY_KINDS:
-        raise InvalidArgumentError(f"shared_memory must be one of {', '.join(SHARED_MEMORY_KINDS)}, "
-                                   f"got {shared_memory!r}")
-    if shared_memory == "cuda":
+def _check_shared_memory(shared_memory: SharedMemory) -> None:
+    if shared_memory.kind == "cuda":
         raise InvalidArgumentError("shared_memory 'cuda' is not supported: CUDA shared memory needs a GPU and "
                                    "tritonclient's CUDA utilities; use 'system' (or 'none')")
-    if (isinstance(output_shared_memory_size, bool) or not isinstance(output_shared_memory_size, int)
-            or output_shared_memory_size < 1):
-        raise InvalidArgumentError(f"output_shared_memory_size must be a whole number of bytes >= 1, got "
-                                   f"{output_shared_memory_size!r}")
 
 
-#: The wire options of :func:`measure` (client-side: set per measurement, the server untouched), their
-#: defaults and the protocol each applies to.
-WIRE_OPTIONS = {"input_tensor_format": ("binary", ("http", "sagemaker")),
-                "output_tensor_format": ("binary", ("http", "sagemaker")),
-                "request_compression": ("none", ("http",)), "response_compression": ("none", ("http",)),
-                "grpc_compression_algorithm": ("none", ("grpc",))}
+#: The wire options of :func:`measure` (the fields of :class:`~triton_nb.perf.options.Wire`:
+#: client-side, set per measurement, the server untouched), their defaults and the protocols each
+#: applies to.
+WIRE_OPTIONS = {"input_tensor_format": (Wire.input_tensor_format, ("http", "sagemaker")),
+                "output_tensor_format": (Wire.output_tensor_format, ("http", "sagemaker")),
+                "request_compression": (Wire.request_compression, ("http",)),
+                "response_compression": (Wire.response_compression, ("http",)),
+                "grpc_compression_algorithm": (Wire.grpc_compression_algorithm, ("grpc",))}
 
 
-def _wire_format(protocol: str, shared_memory: str, options: dict[str, str]) -> WireFormat:
-    """The wire options checked: known values, the protocol they apply to (naming perf_analyzer's
-    flag), and no JSON tensors with shared memory (whose requests carry no tensors)."""
-    for name, value in options.items():
+def _check_wire(protocol: str, shared_memory: str, wire: Wire) -> None:
+    """The wire options against the protocol they apply to (naming perf_analyzer's flag), and no
+    JSON tensors with shared memory (whose requests carry no tensors); the values themselves were
+    checked when the group was made."""
+    for name, value in wire.as_dict().items():
         default, applies_to = WIRE_OPTIONS[name]
         flag = "--" + name.replace("_", "-")
-        choices = TENSOR_FORMATS if name.endswith("tensor_format") else COMPRESSIONS
-        if value not in choices:
-            raise InvalidArgumentError(f"{name} ({flag}) must be one of {', '.join(choices)}, got {value!r}")
         if value != default and protocol not in applies_to:
             why = ("in-process calls have no wire format" if protocol == "inprocess"
                    else "SageMaker's contract takes no compression" if protocol == "sagemaker"
@@ -221,7 +174,6 @@ def _wire_format(protocol: str, shared_memory: str, options: dict[str, str]) -> 
         if name.endswith("tensor_format") and value == "json" and shared_memory != "none":
             raise InvalidArgumentError(f"{name} ({flag}) 'json' does not go with shared_memory {shared_memory!r}: "
                                        "tensors in shared memory are not in the requests")
-    return WireFormat(**options)
 
 
 def measure(
@@ -239,32 +191,26 @@ def measure(
     measurement_request_count: int | None = None,
     stability_percentage: float = 10.0,
     max_trials: int = 10,
-    percentile: int | None = None,
+    latency_percentile: int | None = None,
     warmup_ms: int | None = None,
     progress: bool = False,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
-    sequence_length: int | None = None,
-    sequence_length_variation: float = 20.0,
-    sequence_id_range: str | Sequence[int | None] | int | None = None,
-    num_of_sequences: int = 4,
-    shared_memory: str = "none",
-    output_shared_memory_size: int = DEFAULT_OUTPUT_SHARED_MEMORY_SIZE,
-    input_tensor_format: str = "binary",
-    output_tensor_format: str = "binary",
-    request_compression: str = "none",
-    response_compression: str = "none",
-    grpc_compression_algorithm: str = "none",
+    wire: Wire | Mapping[str, str] | None = None,
+    sequences: Sequences | None = None,
+    shared_memory: SharedMemory | str = "none",
+    **deprecated: Any,
 ) -> pd.DataFrame:
     """Measure ``model`` at each load level; one row per level (see the module's docstring).
 
-    ``target``: an in-kernel ``InferenceServer`` (``protocol`` "inprocess", "http" or "grpc" —
-    its own endpoints), a ``host:port`` URL of any KServe v2 server ("http" or "grpc"), or a
+    ``target``: an in-kernel ``InferenceServer`` (``protocol`` "inprocess", "http" or "grpc" — its
+    own endpoints), a ``host:port`` URL of any KServe v2 server ("http" or "grpc"), or a
     :class:`~triton_nb.transport.Transport` (see :func:`triton_nb.transport.connect`).
-    ``concurrency_range``/``request_rate_range``: perf_analyzer's ``start:end:step``, a list, or
-    one number. ``percentile``: judge stability on that latency percentile instead of the average
-    (perf_analyzer's ``--percentile``). ``measurement_request_count``: windows end after that many
-    completions instead of after ``measurement_interval_ms``.
+    ``concurrency_range``/``request_rate_range``: perf_analyzer's ``start:end:step``, a list, or one
+    number. ``latency_percentile``: judge stability on that latency percentile instead of the
+    average (perf_analyzer's ``--percentile``; the same name :func:`~triton_nb.perf.tune` ranks by).
+    ``measurement_request_count``: windows end after that many completions instead of after
+    ``measurement_interval_ms``.
 
     ``request_count``: how many requests the load cycles through (default 16, or 100 with
     ``repeat_ratio``). ``repeat_ratio``: the share of them that repeat an earlier one of the
@@ -274,30 +220,37 @@ def measure(
     server saw: ``cache_hit_ratio`` (the model's requests answered from its cache) and the hit and
     miss time per request (``server_cache_hit_us``, ``server_cache_miss_us``).
 
-    Sequence (stateful) models, as perf_analyzer's sequence options: ``sequence_length``
-    (``--sequence-length``): each closed-loop slot sends sequences of about that many requests back
-    to back, the first with ``sequence_start``, the last with ``sequence_end``, each request after
-    the previous one of its sequence was answered. Each sequence's length is drawn (seeded, so
-    repeatable) within ``sequence_length_variation`` percent of it (``--sequence-length-variation``,
-    default 20), at least 1. A model with ``sequence_batching`` (or an ensemble with such a step)
-    gets perf_analyzer's default length 20 when none is given; given for another model, the
-    sequence parameters are sent to it all the same. ``sequence_id_range``
-    (``--sequence-id-range``): ``"start[:end]"`` or ``(start, end)``, the ids each new sequence
-    takes in turn, ``end`` excluded and the ids wrapping within the range (default from 1,
-    unbounded); two sequences active at once never share an id, so the range must hold at least as
-    many ids as the highest concurrency (or ``num_of_sequences``). At a request rate,
-    ``num_of_sequences`` (``--num-of-sequences``, default 4) sequences are active and the arrivals
-    go to them in turn; an arrival for a sequence whose previous request is unanswered is sent once
-    it is answered (so a slow server gets less than the rate). A sequence takes one row per request.
-    Stopping a level ends the sequences it cut short with one unrecorded request each. Each row's
-    ``sequence_length`` is the length used (NaN without sequences).
+    The option groups (:mod:`triton_nb.perf.options`) — ``sequences``, ``shared_memory`` and
+    ``wire`` — replace the flat keywords of their fields (``request_compression="gzip"`` is now
+    ``wire=Wire(request_compression="gzip")``); the flat keywords still work for a release, with a
+    ``DeprecationWarning`` naming the group, as does ``percentile`` for ``latency_percentile``.
 
-    ``shared_memory`` (``--shared-memory``): "none" (tensors in the requests), or "system" over
+    ``sequences`` (a :class:`~triton_nb.perf.options.Sequences`): stateful models, as
+    perf_analyzer's sequence options: ``sequence_length`` (``--sequence-length``): each closed-loop
+    slot sends sequences of about that many requests back to back, the first with
+    ``sequence_start``, the last with ``sequence_end``, each request after the previous one of its
+    sequence was answered. Each sequence's length is drawn (seeded, so repeatable) within
+    ``sequence_length_variation`` percent of it (``--sequence-length-variation``, default 20), at
+    least 1. A model with ``sequence_batching`` (or an ensemble with such a step) gets
+    perf_analyzer's default length 20 when none is given; given for another model, the sequence
+    parameters are sent to it all the same. ``sequence_id_range`` (``--sequence-id-range``):
+    ``"start[:end]"`` or ``(start, end)``, the ids each new sequence takes in turn, ``end`` excluded
+    and the ids wrapping within the range (default from 1, unbounded); two sequences active at once
+    never share an id, so the range must hold at least as many ids as the highest concurrency (or
+    ``num_of_sequences``). At a request rate, ``num_of_sequences`` (``--num-of-sequences``, default
+    4) sequences are active and the arrivals go to them in turn; an arrival for a sequence whose
+    previous request is unanswered is sent once it is answered (so a slow server gets less than the
+    rate). A sequence takes one row per request. Stopping a level ends the sequences it cut short
+    with one unrecorded request each. Each row's ``sequence_length`` is the length used (NaN without
+    sequences).
+
+    ``shared_memory`` (a :class:`~triton_nb.perf.options.SharedMemory`, or its ``kind`` alone:
+    ``shared_memory="system"``; ``--shared-memory``): "none" (tensors in the requests), or "system" over
     HTTP or gRPC: before the load, one region holding the inputs of every distinct request (written
     once) and one for their outputs are created and registered with the server (for an in-kernel
     server through its own endpoint), every request refers to them instead of carrying tensors, and
     they are unregistered and destroyed when the measurement ends, also on an error. The server must
-    run on this host. ``output_shared_memory_size`` (``--output-shared-memory-size``, default 102400):
+    run on this host. ``output_size_bytes`` (``--output-shared-memory-size``, default 102400):
     the bytes per row of an output whose size the config does not give (BYTES or a variable
     dimension). "cuda" is refused: CUDA shared memory needs a GPU. Each row's ``shared_memory`` says which.
 
@@ -308,42 +261,42 @@ def measure(
     each row's ``rows_per_request`` is that mean and ``rows_per_request_mix`` the mix sent
     (``"1:90%,8:9%,64:1%"``).
 
-    The wire (HTTP and gRPC loads; client-side, the server is not touched), as perf_analyzer and
-    tritonclient send it: ``input_tensor_format`` (``--input-tensor-format``) "binary" (the binary
-    tensor data extension, the default) or "json" (tensors as JSON ``data`` lists);
-    ``output_tensor_format`` (``--output-tensor-format``) the same for the answers;
-    ``request_compression`` (``--request-compression``) "none", "gzip" or "deflate": each distinct
-    body compressed once, before the load, and sent with ``Content-Encoding``;
-    ``response_compression`` (``--response-compression``): answers asked for compressed
-    (``Accept-Encoding``) — the load generator decompresses them, as tritonclient does, so that
-    cost is in the client's latency; ``grpc_compression_algorithm`` (``--grpc-compression-algorithm``,
-    gRPC only): gRPC compresses each request message itself. These options apply to their protocol
-    only: in-process calls pass arrays and have no wire, so a non-default value there (or an HTTP
-    option over gRPC) raises :class:`~triton_nb.errors.InvalidArgumentError` naming it, as
-    perf_analyzer refuses an option its protocol lacks, rather than measuring something else.
-    Each row reports the options and ``request_bytes``/``response_bytes``: the mean bytes on the
-    wire per successful request and response — over HTTP the whole message (request or status
-    line, headers, body as sent, compressed or not); over gRPC the message with its 5-byte prefix
-    (HTTP/2 framing not counted); NaN in-process. The server's time to decode the request and
-    encode the answer is in ``server_compute_input_us``/``server_compute_output_us``, from its
-    statistics.
+    ``wire`` (a :class:`~triton_nb.perf.options.Wire`, or a dict of some of its fields; HTTP and
+    gRPC loads; client-side, the server is not touched), as perf_analyzer and tritonclient send it:
+    ``input_tensor_format`` (``--input-tensor-format``) "binary" (the binary tensor data extension,
+    the default) or "json" (tensors as JSON ``data`` lists); ``output_tensor_format``
+    (``--output-tensor-format``) the same for the answers; ``request_compression``
+    (``--request-compression``) "none", "gzip" or "deflate": each distinct body compressed once,
+    before the load, and sent with ``Content-Encoding``; ``response_compression``
+    (``--response-compression``): answers asked for compressed (``Accept-Encoding``) — the load
+    generator decompresses them, as tritonclient does, so that cost is in the client's latency;
+    ``grpc_compression_algorithm`` (``--grpc-compression-algorithm``, gRPC only): gRPC compresses
+    each request message itself. These options apply to their protocol only: in-process calls pass
+    arrays and have no wire, so a non-default value there (or an HTTP option over gRPC) raises
+    :class:`~triton_nb.errors.InvalidArgumentError` naming it, as perf_analyzer refuses an option
+    its protocol lacks, rather than measuring something else. Each row reports the options and
+    ``request_bytes``/``response_bytes``: the mean bytes on the wire per successful request and
+    response — over HTTP the whole message (request or status line, headers, body as sent,
+    compressed or not); over gRPC the message with its 5-byte prefix (HTTP/2 framing not counted);
+    NaN in-process. The server's time to decode the request and encode the answer is in
+    ``server_compute_input_us``/``server_compute_output_us``, from its statistics.
 
     Failed requests are measured, not raised: each row counts them in ``errors`` and keeps the
     first one's message in ``first_error`` (the server's words, over every protocol; empty when
     none failed), which ``triton-nb perf`` prints under the row, as perf_analyzer prints a failed
     request's error.
     """
+    latency_percentile = renamed("measure", deprecated, "percentile", "latency_percentile", latency_percentile, None)
+    wire, sequences, shared_memory = flat_options("measure", deprecated, wire, sequences, shared_memory)
+    no_unknown("measure", deprecated)
     mode, levels = _levels(concurrency_range, request_rate_range)
-    if percentile is not None and percentile not in PERCENTILES:
-        raise InvalidArgumentError(f"percentile must be one of {PERCENTILES}, got {percentile}")
+    if latency_percentile is not None and latency_percentile not in PERCENTILES:
+        raise InvalidArgumentError(f"latency_percentile must be one of {PERCENTILES}, got {latency_percentile}")
     if request_distribution not in ("constant", "poisson"):
         raise InvalidArgumentError(f"request_distribution must be constant or poisson, got {request_distribution!r}")
     if measurement_interval_ms <= 0 or max_trials < 1 or stability_percentage <= 0:
         raise InvalidArgumentError("measurement_interval_ms, max_trials and stability_percentage must be > 0")
-    _check_shared_memory(shared_memory, output_shared_memory_size)
-    wire_options = {"input_tensor_format": input_tensor_format, "output_tensor_format": output_tensor_format,
-                    "request_compression": request_compression, "response_compression": response_compression,
-                    "grpc_compression_algorithm": grpc_compression_algorithm}
+    _check_shared_memory(shared_memory)
     if not isinstance(rows_per_request, int) and rows_per_request_weights is None and len(
             list(rows_per_request)) == 1:
         rows_per_request = int(next(iter(rows_per_request)))
@@ -355,11 +308,11 @@ def measure(
     with contextlib.ExitStack() as cleanup:
         if resolved is not target:  # made here, so closed here; a transport passed in stays open
             cleanup.callback(resolved.close)
-        if shared_memory == "system" and resolved.protocol not in ("http", "grpc"):
+        if shared_memory.kind == "system" and resolved.protocol not in ("http", "grpc"):
             raise InvalidArgumentError(f"shared_memory 'system' applies to HTTP and gRPC (in-process calls copy "
                                        f"nothing): measure over protocol 'http' or 'grpc', not {resolved.protocol!r}")
-        wire = _wire_format(resolved.protocol, shared_memory, wire_options)
-        config = resolved.model_config(model)
+        _check_wire(resolved.protocol, shared_memory.kind, wire)
+        config = resolved.model_config_json(model)
         if resolved.protocol == "sagemaker":
             # /invocations answers for the endpoint's default model only: one request makes sure it is
             # the model measured (SageMakerTransport refuses another model's answer, naming both)
@@ -373,14 +326,13 @@ def measure(
         mean_rows: float = (sum(row_counts) / len(row_counts)) if mixed and row_counts else rows_per_request
         largest = max(row_counts) if row_counts else 1
         composing = _composing(config)
-        active = int(max(levels)) if mode == "concurrency" else num_of_sequences
-        sequences = _sequence_spec(resolved, config, sequence_length, sequence_length_variation, sequence_id_range,
-                                   num_of_sequences, active, largest if mixed else rows_per_request)
+        active = int(max(levels)) if mode == "concurrency" else sequences.num_of_sequences
+        spec = _sequence_spec(resolved, config, sequences, active, largest if mixed else rows_per_request)
         warmup_s = (measurement_interval_ms if warmup_ms is None else warmup_ms) / 1e3
         regions = None
-        if shared_memory == "system":
+        if shared_memory.kind == "system":
             regions = cleanup.enter_context(SystemSharedMemory(resolved, config, requests, largest,
-                                                               output_shared_memory_size))
+                                                               shared_memory.output_size_bytes))
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -389,21 +341,21 @@ def measure(
         for level in levels:
             load_kwargs = ({"concurrency": int(level)} if mode == "concurrency"
                            else {"request_rate": level, "distribution": request_distribution})
-            if sequences is not None:
-                load_kwargs["sequences"] = sequences
+            if spec is not None:
+                load_kwargs["sequences"] = spec
             if regions is not None:
                 load_kwargs["shared_memory"] = regions
             if resolved.protocol != "inprocess":
                 load_kwargs["wire"] = wire
             rows.append(_measure_level(resolved, model, requests, load_kwargs, composing, mean_rows, warmup_s,
                                        measurement_interval_ms / 1e3, measurement_request_count, stability_percentage,
-                                       max_trials, percentile))
+                                       max_trials, latency_percentile))
             rows[-1].update({"model": model, "protocol": resolved.protocol,
                              "concurrency": int(level) if mode == "concurrency" else math.nan,
                              "request_rate": level if mode == "request_rate" else math.nan,
-                             "sequence_length": sequences.length if sequences is not None else math.nan,
-                             "shared_memory": shared_memory, "rows_per_request_mix": mix_label(row_counts),
-                             **wire_options})
+                             "sequence_length": spec.length if spec is not None else math.nan,
+                             "shared_memory": shared_memory.kind, "rows_per_request_mix": mix_label(row_counts),
+                             **wire.as_dict()})
             if bar is not None:
                 bar.update(1)
     columns = ["model", "protocol", "concurrency", "request_rate", *PERF_ANALYZER_COLUMNS]

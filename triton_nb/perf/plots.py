@@ -28,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from triton_nb._deprecation import no_unknown, warn_deprecated
 from triton_nb.errors import InvalidArgumentError
 
 __all__ = [
@@ -91,18 +92,33 @@ def _check_results(results: Any, required: Iterable[str], *, name: str = "result
     return results
 
 
-def _check_budget(latency_budget_us: float | None) -> float | None:
-    if latency_budget_us is None:
+def _check_budget(where: str, latency_budget_ms: float | None, deprecated: dict[str, Any]) -> float | None:
+    """The budget in microseconds (the unit of the latency columns), from ``latency_budget_ms`` (the
+    unit :func:`~triton_nb.perf.tune` takes it in) or the deprecated ``latency_budget_us``."""
+    if "latency_budget_us" in deprecated:
+        old = deprecated.pop("latency_budget_us")
+        if latency_budget_ms is not None:
+            raise InvalidArgumentError(f"{where}: give latency_budget_ms only (latency_budget_us is its "
+                                       "deprecated spelling)")
+        warn_deprecated(f"{where}: latency_budget_us= is deprecated, use latency_budget_ms= (milliseconds, "
+                        "as tune() takes the budget)", stacklevel=4)
+        if old is not None:
+            try:
+                latency_budget_ms = float(old) / _US_PER_MS
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"latency_budget_us must be a number of microseconds, got {old!r}") from None
+    no_unknown(where, deprecated)
+    if latency_budget_ms is None:
         return None
     try:
-        budget = float(latency_budget_us)
+        budget = float(latency_budget_ms)
     except (TypeError, ValueError):
         raise InvalidArgumentError(
-            f"latency_budget_us must be a number of microseconds, got {latency_budget_us!r}"
+            f"latency_budget_ms must be a number of milliseconds, got {latency_budget_ms!r}"
         ) from None
     if not math.isfinite(budget) or budget <= 0:
-        raise InvalidArgumentError(f"latency_budget_us must be a positive number of microseconds, got {budget!r}")
-    return budget
+        raise InvalidArgumentError(f"latency_budget_ms must be a positive number of milliseconds, got {budget!r}")
+    return budget * _US_PER_MS
 
 
 def _figure_and_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -219,10 +235,12 @@ def plot_throughput_vs_latency(
     results: pd.DataFrame,
     latency: str = "latency_p99_us",
     by: str | None = "config",
-    latency_budget_us: float | None = None,
+    *,
+    latency_budget_ms: float | None = None,
     ax: Axes | None = None,
     spread_from: str | None = None,
     highlight: Any = None,
+    **deprecated: Any,
 ) -> Figure:
     """Model Analyzer's chart: throughput (y) against a latency percentile in ms (x).
 
@@ -237,8 +255,9 @@ def plot_throughput_vs_latency(
         the column whose values each get one line (rows sorted by load level:
         concurrency, then request rate). If ``None`` or absent from ``results``, the rows
         make a single series.
-    latency_budget_us
-        if given, a vertical dashed line at this latency.
+    latency_budget_ms
+        if given, a vertical dashed line at this latency (milliseconds, as
+        :func:`~triton_nb.perf.tune` takes it; ``latency_budget_us`` is its deprecated spelling).
     ax
         axes to draw into; a new figure is made if ``None``.
     spread_from
@@ -255,7 +274,7 @@ def plot_throughput_vs_latency(
     """
     frame = _check_results(results, ["throughput_infer_per_sec", latency]
                            + ([spread_from] if spread_from is not None else []))
-    budget = _check_budget(latency_budget_us)
+    budget = _check_budget("plot_throughput_vs_latency", latency_budget_ms, deprecated)
     fig, ax = _figure_and_axes(ax, (7.0, 4.5))
 
     groups = _groups(frame, by)
@@ -389,15 +408,17 @@ def plot_knob_heatmap(
     y: str = "instance_count",
     value: str = "throughput_infer_per_sec",
     latency: str = "latency_p99_us",
-    latency_budget_us: float | None = None,
+    *,
+    latency_budget_ms: float | None = None,
     ax: Axes | None = None,
+    **deprecated: Any,
 ) -> Figure:
     """Heatmap of the best (max) ``value`` for each combination of two config knobs.
 
     Each (x, y) cell gathers every row (every load level) measured with those knob values.
 
     * Without a budget, a cell shows the max ``value`` over its rows.
-    * With ``latency_budget_us``, a cell shows the max ``value`` over its rows whose
+    * With ``latency_budget_ms``, a cell shows the max ``value`` over its rows whose
       ``latency`` is within the budget -- the best that configuration does while meeting it.
       A cell whose best (lowest) latency is still over the budget has no such row: it shows
       the unconstrained max, dimmed, hatched and marked "×" (those artists have
@@ -416,8 +437,9 @@ def plot_knob_heatmap(
         the column to maximise, throughput by default.
     latency
         the latency column the budget applies to (microseconds).
-    latency_budget_us
-        the latency budget in microseconds, or ``None``.
+    latency_budget_ms
+        the latency budget in milliseconds (as :func:`~triton_nb.perf.tune` takes it), or ``None``;
+        ``latency_budget_us`` is its deprecated spelling.
     ax
         axes to draw into; a new figure is made if ``None``.
 
@@ -428,7 +450,7 @@ def plot_knob_heatmap(
     """
     if x == y:
         raise InvalidArgumentError(f"x and y must be different columns, both are {x!r}")
-    budget = _check_budget(latency_budget_us)
+    budget = _check_budget("plot_knob_heatmap", latency_budget_ms, deprecated)
     required = [x, y, value] + ([latency] if budget is not None else [])
     frame = _check_results(results, required)
 

@@ -247,7 +247,7 @@ def connect_checked(url: str | Transport, protocol: str, models: Sequence[str]) 
     model = ""
     try:
         for model in dict.fromkeys(models):
-            transport.model_config(model)
+            transport.model_config_json(model)
     except TritonNBError as exc:
         if transport is not url:
             transport.close()

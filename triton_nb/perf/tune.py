@@ -32,9 +32,10 @@ baseline's, from the same run.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.perf.measure import WIRE_OPTIONS, measure
+from triton_nb.perf.options import Sequences, SharedMemory, Wire, wire_of
 from triton_nb.perf.stats import parse_range
 from triton_nb.transport import Transport, connect
 
@@ -159,10 +161,11 @@ class SweepSettings:
     input_data: Any = "random"
     rows_per_request: int | Sequence[int] = 1
     rows_per_request_weights: Sequence[float] | None = None
-    wire: dict[str, str] = field(default_factory=dict)
+    wire: Wire = field(default_factory=Wire)
     repeat_ratio: float = 0.0
     request_count: int | None = None
-    shared_memory: str = "none"
+    shared_memory: SharedMemory = field(default_factory=SharedMemory)
+    sequences: Sequences = field(default_factory=Sequences)
     measurement_interval_ms: int = 2000
     max_trials: int = 5
     early_stop: bool = True
@@ -185,13 +188,15 @@ def sweep_config(transport: Transport, settings: SweepSettings, values: dict[str
     each also appended to ``points`` as soon as it is measured, so an interrupt keeps it."""
     budget_us = settings.latency_budget_us
     rows: list[dict[str, Any]] = []
-    client = {**settings.wire, **{k: v for k, v in values.items() if k in CLIENT_KNOBS}}
+    # the client's knobs of this config over the sweep's fixed wire
+    wire = dataclasses.replace(settings.wire, **{k: v for k, v in values.items() if k in CLIENT_KNOBS})
     for level in settings.concurrency_levels if levels is None else levels:
         frame = measure(transport, settings.model, concurrency_range=[level], input_data=settings.input_data,
                         rows_per_request=settings.rows_per_request,
                         rows_per_request_weights=settings.rows_per_request_weights,
-                        repeat_ratio=settings.repeat_ratio, **client, request_count=settings.request_count,
-                        shared_memory=settings.shared_memory, measurement_interval_ms=settings.measurement_interval_ms,
+                        repeat_ratio=settings.repeat_ratio, wire=wire, request_count=settings.request_count,
+                        shared_memory=settings.shared_memory, sequences=settings.sequences,
+                        measurement_interval_ms=settings.measurement_interval_ms,
                         max_trials=settings.max_trials, warmup_ms=min(settings.measurement_interval_ms, 1000))
         row = {**frame.iloc[0].to_dict(), **values, "config": config_label(values)}
         rows.append(row)
@@ -260,7 +265,7 @@ class _Applier:
         self.transport = transport
         self.server = transport.service
         self.model = model
-        self.original = transport.model_config(model)
+        self.original = transport.model_config_json(model)
         self._reloaded = False
         self._cache_set = False  # response_cache changed live (restored at the end)
 
@@ -273,7 +278,7 @@ class _Applier:
             return
         others = {k: v for k, v in knobs.items() if k not in LIVE_KNOBS}
         if others:
-            current = knobs_of(self.transport.model_config(self.model), list(others))
+            current = knobs_of(self.transport.model_config_json(self.model), list(others))
             if current != others:
                 server.load_model(self.model, config=config_with_knobs(self.original, knobs))
                 self._reloaded = True
@@ -342,10 +347,11 @@ def tune(
     input_data: Any = "random",
     rows_per_request: int | Sequence[int] = 1,
     rows_per_request_weights: Sequence[float] | None = None,
-    wire: dict[str, str] | None = None,
+    wire: Wire | Mapping[str, str] | None = None,
     repeat_ratio: float = 0.0,
     request_count: int | None = None,
-    shared_memory: str = "none",
+    shared_memory: SharedMemory | str = "none",
+    sequences: Sequences | None = None,
     measurement_interval_ms: int = 2000,
     max_trials: int = 5,
     early_stop: bool = True,
@@ -364,11 +370,18 @@ def tune(
     each measured point (the tuning panel's live plot). ``no_batching_baseline``: measure the tuned
     models with dynamic batching off too, first (see :attr:`TuneResult.batching_gain`).
     ``repeat_ratio`` and ``request_count``: the requests' repetition, as :func:`~triton_nb.perf.measure`
-    takes them (for the ``response_cache`` knob). ``shared_memory``: as :func:`~triton_nb.perf.measure`
-    takes it ("system": tensors in shared-memory regions, over HTTP or gRPC). ``rows_per_request``
+    takes them (for the ``response_cache`` knob). The option groups of
+    :mod:`triton_nb.perf.options`, as :func:`~triton_nb.perf.measure` takes them:
+    ``shared_memory`` (a :class:`~triton_nb.perf.options.SharedMemory` or its kind alone, "system":
+    tensors in shared-memory regions, over HTTP or gRPC), ``sequences`` (a
+    :class:`~triton_nb.perf.options.Sequences`, for a stateful model) and ``wire`` (a
+    :class:`~triton_nb.perf.options.Wire`, or a dict of some of its fields): fixed values of the
+    client knobs for every config (``wire=Wire(request_compression="gzip")``); to sweep one, give it
+    in ``knobs`` instead (``{"input_tensor_format": ["binary", "json"], ...}``). ``rows_per_request``
     and ``rows_per_request_weights``: one size or a mix, as :func:`~triton_nb.perf.measure` takes them.
-    ``wire``: fixed values of the client knobs for every config (``{"request_compression": "gzip"}``);
-    to sweep one, give it in ``knobs`` instead (``{"input_tensor_format": ["binary", "json"], ...}``).
+
+    Not to be confused with :meth:`triton_nb.InferenceServer.tune`, which opens the tuning panel
+    (a notebook widget) whose **Sweep** button runs this search.
     """
     if not knobs:
         raise InvalidArgumentError("give at least one knob to vary")
@@ -378,10 +391,9 @@ def tune(
             raise InvalidArgumentError(f"knob '{name}' has no values")
     if search not in ("brute", "quick"):
         raise InvalidArgumentError(f"search must be 'brute' or 'quick', got {search!r}")
-    wire = dict(wire or {})
-    unknown = [name for name in wire if name not in CLIENT_KNOBS]
-    if unknown:
-        raise InvalidArgumentError(f"wire: unknown option(s) {', '.join(unknown)}: use {', '.join(CLIENT_KNOBS)}")
+    wire = wire_of(wire)
+    shared_memory = SharedMemory.of(shared_memory)
+    sequences = sequences or Sequences()
     names = list(knobs)
     grids = [[tuple(v) if isinstance(v, list) else v for v in knobs[name]] for name in names]
     levels = [int(c) for c in parse_range(concurrency_range, "concurrency_range")]
@@ -401,7 +413,7 @@ def tune(
         protocol=resolved.protocol, objective=objective, latency_budget_ms=latency_budget_ms,
         min_throughput=min_throughput, latency_percentile=latency_percentile, input_data=input_data,
         rows_per_request=rows_per_request, rows_per_request_weights=rows_per_request_weights, wire=wire,
-        repeat_ratio=repeat_ratio, request_count=request_count, shared_memory=shared_memory,
+        repeat_ratio=repeat_ratio, request_count=request_count, shared_memory=shared_memory, sequences=sequences,
         measurement_interval_ms=measurement_interval_ms, max_trials=max_trials, early_stop=early_stop)
     points: list[dict[str, Any]] = []
     measured: dict[tuple, float] = {}

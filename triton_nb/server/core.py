@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_nb._deprecation import version_or_latest
 from triton_nb.backends.backend_config import parse_backend_config
 from triton_nb.errors import (
     ForbiddenError,
@@ -303,11 +304,11 @@ class Server:
             loaded = [version for model in self._manager.models.values() for version in model.versions.values()]
         return all(self._instances_ready(version) for version in loaded)
 
-    def is_model_ready(self, name: str, version: int = -1) -> bool:
+    def is_model_ready(self, name: str, version: int | None = None) -> bool:
         """Whether ``name`` (at ``version``) serves: loaded, and every instance ready, which asks
         a Python model's ``is_ready()`` where it defines one (Triton 2.67)."""
         try:
-            target = self._resolve(name, version)
+            target = self._target(name, version)
         except TritonNBError:
             return False
         return self._instances_ready(target)
@@ -392,7 +393,7 @@ class Server:
         return self._manager.models
 
     # ------------------------------------------------------------------ live knobs
-    def update_batching(self, name: str, version: int = -1, **knobs: Any) -> dict[str, Any]:
+    def update_batching(self, name: str, version: int | None = None, **knobs: Any) -> dict[str, Any]:
         """Change batching knobs of a serving model without a reload, from the next batch on.
 
         Knobs: ``max_queue_delay_microseconds``, ``preferred_batch_size``, ``max_batch_size``
@@ -405,7 +406,7 @@ class Server:
         unknown = sorted(set(knobs) - allowed)
         if unknown:
             raise InvalidArgumentError(f"unknown batching knob(s): {', '.join(unknown)}")
-        target = self._resolve(name, version)
+        target = self._target(name, version)
         if target.scheduler is None:
             raise InvalidArgumentError(f"model '{name}' is an ensemble: tune its composing models instead")
         limit = target.config.max_batch_size
@@ -453,7 +454,7 @@ class Server:
         """The response cache (entries, counters, ``clear()``); None when the server has none."""
         return None if self._cache is None else self._cache.store
 
-    def update_response_cache(self, name: str, version: int = -1, *, enable: bool,
+    def update_response_cache(self, name: str, version: int | None = None, *, enable: bool,
                               drop_entries: bool = False) -> bool:
         """Turn the response cache on or off for a serving model without a reload, from its next
         request, until the model is reloaded (its config's ``response_cache`` then decides again);
@@ -461,7 +462,7 @@ class Server:
         (``cache_size_bytes``) and a model that is not decoupled. The model's entries stay in the
         cache while its use of it is off, unless ``drop_entries`` (then it starts cold, as after a
         reload: what the tuner does before measuring a config). Returns the setting now in force."""
-        target = self._resolve(name, version)
+        target = self._target(name, version)
         if enable and self._cache is None:
             raise InvalidArgumentError(
                 f"model '{name}': the server has no response cache to enable (start it with cache_size_bytes=N, "
@@ -471,14 +472,14 @@ class Server:
             self._cache_switches.forget(target)
         return self._cache_switches.enabled(target)
 
-    def wait_warm(self, name: str, version: int = -1, timeout_s: float | None = None) -> bool:
+    def wait_warm(self, name: str, version: int | None = None, timeout_s: float | None = None) -> bool:
         """Wait until every instance of a model serves at its steady speed — the FIL backend's
         compiled engine, which it builds in the background after the load, ready — and return
         True; False when ``timeout_s`` passed first. An ensemble waits for its composing models."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        target = self._resolve(name, version)
+        target = self._target(name, version)
         if target.ensemble is not None:
-            return all(self.wait_warm(step.model_name, step.model_version,
+            return all(self.wait_warm(step.model_name, None if step.model_version < 0 else step.model_version,
                                       None if deadline is None else max(0.0, deadline - time.monotonic()))
                        for step in target.ensemble.plan)
         return all(backend.wait_warm(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -572,9 +573,18 @@ class Server:
                 f"model '{request.model_name}': no response within {timeout_s:g} s (request timed out)") from None
 
     # ------------------------------------------------------------------ metadata
-    def model_config(self, name: str, version: int = -1) -> ModelConfig:
-        """The effective config, with live batching knobs reflected."""
-        target = self._resolve(name, version)
+    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
+        """The effective config, with live batching knobs reflected, as the protobuf
+        ``ModelConfig`` (what gRPC's ModelConfig answers); :meth:`model_config_json` gives
+        Triton's JSON form. ``version``: a number, or None for the one the version policy serves."""
+        return self._effective_config(self._target(name, version))
+
+    def _target(self, name: str, version: int | None) -> _Version:
+        """The loaded version a public call names (None: the latest, the manager's -1)."""
+        number = version_or_latest(version, stacklevel=5)
+        return self._resolve(name, -1 if number is None else number)
+
+    def _effective_config(self, target: _Version) -> ModelConfig:
         config = ModelConfig()
         config.CopyFrom(target.config)
         if target.scheduler is not None:
@@ -595,14 +605,16 @@ class Server:
             config.response_cache.enable = live_cache
         return config
 
-    def input_config(self, name: str, version: int = -1) -> ModelConfig:
+    def input_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The loaded config itself, not a copy (read it, never change it): what clients need
         to convert inputs, without the cost of :meth:`model_config` on every request."""
-        return self._resolve(name, version).config
+        if version is None:  # the usual case, on every request's path: resolved without a frame more
+            return self._resolve(name, -1).config
+        return self._target(name, version).config
 
-    def model_metadata(self, name: str, version: int = -1) -> dict[str, Any]:
+    def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
         """KServe v2 model metadata."""
-        target = self._resolve(name, version)
+        target = self._target(name, version)
         config = target.config
         batch = [-1] if config.max_batch_size > 0 else []
 
@@ -623,6 +635,8 @@ class Server:
         return self._manager.repository_index(ready_only)
 
     def statistics(self, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """Triton's statistics-extension JSON: of every model (``name`` None), or of ``name``'s
+        versions, all of them (``version`` None, as Triton's API has it) or one."""
         # Triton's statistics errors (400, "requested model 'x' is not available") come from the stats
         return self.stats.statistics(name, version)
 
@@ -631,21 +645,23 @@ class Server:
         as in Triton (a GPU knob on CPU instances, a rate limiter without ``--rate-limit``)."""
         return list(self._manager.config_warnings.get(name, []))
 
-    def queue_depth(self, name: str, version: int = -1) -> int:
-        target = self._resolve(name, version)
+    def queue_depth(self, name: str, version: int | None = None) -> int:
+        target = self._target(name, version)
         return 0 if target.scheduler is None else target.scheduler.queue_depth()
 
     def metrics_text(self) -> bytes:
         """The Prometheus ``/metrics`` text of the server's models, with Triton's names."""
         return self.stats.prometheus_text()
 
-    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
-        return config_to_json(self.model_config(name, version))
+    def model_config_json(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """:meth:`model_config` in Triton's JSON form (what HTTP's ``/config`` answers, and
+        what :meth:`triton_nb.transport.Transport.model_config_json` returns)."""
+        return config_to_json(self._effective_config(self._target(name, version)))
 
-    def output_labels(self, name: str, output: str, version: int = -1) -> list[str] | None:
+    def output_labels(self, name: str, output: str, version: int | None = None) -> list[str] | None:
         """The labels of an output's ``label_filename`` (one per line, in the model folder), for
         the classification extension; None when the output has none."""
-        target = self._resolve(name, version)
+        target = self._target(name, version)
         spec = next((o for o in target.config.output if o.name == output), None)
         if spec is None or not spec.label_filename:
             return None

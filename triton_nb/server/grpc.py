@@ -129,7 +129,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any
                               ) -> pb.ModelStatisticsResponse:
         try:
-            version = None if not request.version else parse_version(request.version)
+            version = parse_version(request.version)
             statistics = self._server.statistics(request.name or None, version)
         except Exception as error:
             await self._abort(context, error)

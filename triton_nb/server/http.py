@@ -199,7 +199,7 @@ class HttpApp:
         if not rest:
             raise NotFoundError("Not Found")
         model = rest[0]
-        version = -1
+        version: int | None = None
         tail = rest[1:]
         if len(tail) >= 2 and tail[0] == "versions":
             if not (tail[1].isascii() and tail[1].isdigit()):  # not a route, as in Triton ("[0-9]+")
@@ -221,7 +221,7 @@ class HttpApp:
         if action == "config":
             return _json(self._server.model_config_json(model, version))
         if action == "stats":
-            return _json(self._server.statistics(model, None if version == -1 else version))
+            return _json(self._server.statistics(model, version))
         raise NotFoundError("Not Found")
 
     async def _repository_route(self, method: str, rest: list[str], scope: dict[str, Any],
@@ -346,9 +346,9 @@ class HttpApp:
         """Inference for another contract over the same codec (SageMaker's,
         :mod:`triton_nb.server.sagemaker`): ``header_length`` reads the JSON header's size, and
         compression is not part of it, either way."""
-        return await self._infer(model, -1, scope, receive, header_length)
+        return await self._infer(model, None, scope, receive, header_length)
 
-    async def _infer(self, model: str, version: int, scope: dict[str, Any], receive: Receive,
+    async def _infer(self, model: str, version: int | None, scope: dict[str, Any], receive: Receive,
                      header_length: HeaderLength | None = None) -> _Reply:
         # the model first, as Triton: a request to an unknown model is a 404 whatever its body
         config = self._server.input_config(model, version)
@@ -389,7 +389,7 @@ class HttpApp:
             leases.append(self._shared_memory.lease())
         return leases[0]
 
-    def _decode(self, model: str, version: int, document: Any, binary: memoryview,
+    def _decode(self, model: str, version: int | None, document: Any, binary: memoryview,
                 leases: list[SharedMemoryLease]) -> tuple[InferRequest, tuple[bool, dict[str, bool]], dict[str, int]]:
         if not isinstance(document, dict):
             raise InvalidArgumentError(f"model '{model}': the inference request must be a JSON object")
@@ -527,7 +527,7 @@ def _header_length(model: str, headers: dict[bytes, bytes], body_bytes: int) -> 
     return int(header_length)
 
 
-def _raw_request(model: str, version: int, config: Any, body: bytes) -> InferRequest:
+def _raw_request(model: str, version: int | None, config: Any, body: bytes) -> InferRequest:
     """A raw binary request (a JSON header of 0 bytes): the whole body is the model's only input,
     one batch row of the config's shape, as Triton reads it."""
     if len(config.input) != 1:
@@ -539,7 +539,8 @@ def _raw_request(model: str, version: int, config: Any, body: bytes) -> InferReq
     if dtype.kind == "O":  # the body is one element
         array = np.empty(1, dtype=object)
         array[0] = bytes(body)
-        return InferRequest(model, {spec.name: array.reshape([1] * max(len(shape), 1))}, model_version=version)
+        return InferRequest(model, {spec.name: array.reshape([1] * max(len(shape), 1))},
+                            model_version=-1 if version is None else version)
     if shape.count(-1) == 1:  # one variable dim: as many as the body holds
         row_bytes = int(np.prod([d for d in shape if d != -1])) * dtype.itemsize
         if row_bytes and len(body) % row_bytes == 0:
@@ -550,7 +551,7 @@ def _raw_request(model: str, version: int, config: Any, body: bytes) -> InferReq
                                    f"Expected {'a whole number of rows' if -1 in shape else expected}, got "
                                    f"{len(body)}")
     array = np.frombuffer(body, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False)
-    return InferRequest(model, {spec.name: array.reshape(shape)}, model_version=version)
+    return InferRequest(model, {spec.name: array.reshape(shape)}, model_version=-1 if version is None else version)
 
 
 def _api_group(parts: list[str]) -> str | None:

@@ -56,8 +56,8 @@ _TRITON_PREFIX_MESSAGE = (
     "with 'triton_' are allowed: " + " ".join(ALLOWED_TRITON_PARAMETERS))
 
 
-def parse_version(text: str) -> int:
-    """A model version as the wire spells it: ``""`` is -1 (the version policy decides).
+def parse_version(text: str) -> int | None:
+    """A model version as the wire spells it: ``""`` is None (the version policy decides).
 
     Parameters
     ----------
@@ -66,11 +66,11 @@ def parse_version(text: str) -> int:
 
     Returns
     -------
-    int
-        The version number, or -1 for an empty string.
+    int or None
+        The version number, or None for an empty string (the Python API's "latest").
     """
     if not text:
-        return -1
+        return None
     if len(text) < 19 and text.isascii() and text.isdigit():  # the usual case; below 2**63 by its length
         return int(text)
     match = _STOL.match(text)
@@ -146,14 +146,14 @@ def parse_parameters(model: str, parameters: Iterable[tuple[str, Any]]) -> Reque
     return _new_tuple(RequestParameters, (kept, priority, timeout, binary, empty_final))
 
 
-def infer_request(model: str, version: int, inputs: dict[str, np.ndarray], requested_outputs: list[str] | None,
+def infer_request(model: str, version: int | None, inputs: dict[str, np.ndarray], requested_outputs: list[str] | None,
                   request_id: Any, parameters: RequestParameters) -> InferRequest:
     """The :class:`InferRequest` of a decoded wire request.
 
     Parameters
     ----------
     model, version
-        The model as the request names it (version -1: the version policy decides).
+        The model as the request names it (version None: the version policy decides).
     inputs
         The decoded input tensors by name.
     requested_outputs
@@ -171,7 +171,8 @@ def infer_request(model: str, version: int, inputs: dict[str, np.ndarray], reque
     if type(request_id) is not str:
         raise InvalidArgumentError(f"model '{model}': request 'id' must be a string")
     return InferRequest(
-        model_name=model, inputs=inputs, model_version=version, requested_outputs=requested_outputs or None,
+        model_name=model, inputs=inputs, model_version=-1 if version is None else version,
+        requested_outputs=requested_outputs or None,
         request_id=request_id, priority=parameters.priority, timeout_microseconds=parameters.timeout_microseconds,
         parameters=parameters.model,
     )

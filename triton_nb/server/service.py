@@ -37,7 +37,7 @@ class InferenceService(Protocol):
     def is_server_ready(self) -> bool:
         """Live, and every model that was asked for is ready (Triton's strict readiness)."""
 
-    def is_model_ready(self, name: str, version: int = -1) -> bool:
+    def is_model_ready(self, name: str, version: int | None = None) -> bool:
         """A version of ``name`` (``version``, or the highest) is serving."""
 
     # ------------------------------------------------------------------ inference
@@ -49,20 +49,20 @@ class InferenceService(Protocol):
         """Run a request and wait for its response (raises the request's error)."""
 
     # ------------------------------------------------------------------ metadata
-    def model_config(self, name: str, version: int = -1) -> ModelConfig:
+    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The effective config, with live batching knobs reflected (a copy)."""
 
-    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
+    def model_config_json(self, name: str, version: int | None = None) -> dict[str, Any]:
         """:meth:`model_config` as Triton's JSON."""
 
-    def input_config(self, name: str, version: int = -1) -> ModelConfig:
+    def input_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The loaded config itself, to read (never change) on every request: what converting
         inputs and encoding outputs need, without the cost of a copy."""
 
-    def model_metadata(self, name: str, version: int = -1) -> dict[str, Any]:
+    def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
         """KServe v2 model metadata."""
 
-    def output_labels(self, name: str, output: str, version: int = -1) -> list[str] | None:
+    def output_labels(self, name: str, output: str, version: int | None = None) -> list[str] | None:
         """The labels of an output's ``label_filename`` (the classification extension); None
         when the output has none."""
 
@@ -97,9 +97,9 @@ class InferenceService(Protocol):
     def unregister_model_repository(self, repository: str | os.PathLike[str]) -> None:
         """Stop serving a registered repository's models."""
 
-    def update_batching(self, name: str, version: int = -1, **knobs: Any) -> dict[str, Any]:
+    def update_batching(self, name: str, version: int | None = None, **knobs: Any) -> dict[str, Any]:
         """Change batching knobs and instance count of a serving model live; returns those in force."""
 
-    def wait_warm(self, name: str, version: int = -1, timeout_s: float | None = None) -> bool:
+    def wait_warm(self, name: str, version: int | None = None, timeout_s: float | None = None) -> bool:
         """Wait until a model's instances serve at their steady speed (FIL's compiled engine
         ready; an ensemble's composing models); False when ``timeout_s`` passed first."""

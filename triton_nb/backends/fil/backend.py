@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nb._deprecation import no_unknown, renamed
 from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.backends.fil.calibration import (
@@ -448,10 +449,13 @@ class FilBackend(Backend):
         """The engine a batch of ``rows`` rows goes to now."""
         return self._selector.best(bisect.bisect_right(_BAND_EDGES, rows)).engine
 
-    def wait_compiled(self, timeout: float | None = None) -> bool:
-        """Wait for the background compilation (and the calibration after it); True when the
-        compiled engine is in use."""
-        finished = self._compile_done.wait(timeout)
+    def wait_compiled(self, timeout_s: float | None = None, **deprecated: Any) -> bool:
+        """Wait for the background compilation (and the calibration after it), at most ``timeout_s``
+        seconds (None: as long as it takes); True when the compiled engine is in use. ``timeout``
+        is the deprecated spelling of ``timeout_s``."""
+        timeout_s = renamed("wait_compiled", deprecated, "timeout", "timeout_s", timeout_s, None)
+        no_unknown("wait_compiled", deprecated)
+        finished = self._compile_done.wait(timeout_s)
         return finished and self.compile_state == "ready"
 
     def wait_warm(self, timeout_s: float | None = None) -> bool:
