@@ -514,6 +514,13 @@ def test_export_writes_the_repository_with_the_chosen_config(server, tmp_path_fa
     tuner.controls["export_folder"].value = str(server.repository / "inside")
     tuner.buttons["export"].click()
     assert "inside the served repository" in status(tuner)
+    # the default is a name, taken beside the served repository (no path of the machine shown)
+    default = make_tuner(server).controls["export_folder"].value
+    assert default == f"{server.repository.name}-tuned"
+    tuner.controls["export_folder"].value = default
+    tuner.buttons["export"].click()
+    assert tuner.wait(30)
+    assert load_config(server.repository.parent / default / "scale" / "config.pbtxt")
 
 
 def test_replay_runs_perf_replay_on_the_latest_sweep(server, monkeypatch):
@@ -559,6 +566,11 @@ def test_replay_runs_perf_replay_on_the_latest_sweep(server, monkeypatch):
     assert "pick vs best on real Triton: 0.90" in shown and "Triton rank" in shown and "sweep rank" in shown
     assert "0.90 of the best throughput" in status(tuner) and tuner.replay_result.pick_vs_best == 0.9
 
+    tuner.controls["replay_url"].value = "start"  # the wheel's tritonserver over the served repository
+    tuner.buttons["replay"].click()
+    assert tuner.wait(10)
+    assert calls[-1][1] is None and calls[-1][2]["model_repository"] == server.repository
+
     tuner.controls["replay_url"].value = " "
     tuner.buttons["replay"].click()
-    assert "give the URL" in status(tuner)
+    assert "give the URL" in status(tuner) and "'start'" in status(tuner)

@@ -8,7 +8,6 @@ relative to its container: nothing runs past the output area's edge on a laptop'
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +38,9 @@ _LABEL_PX = "140px"
 
 
 def _export_default(repository: Path) -> str:
-    """``<repository>-tuned`` beside the served repository, relative to the working directory when it
-    can be (what a person reads and types), else absolute."""
-    target = repository.absolute().parent / f"{repository.name}-tuned"
-    try:
-        return os.path.relpath(target)
-    except ValueError:  # another drive (Windows): no relative path
-        return str(target)
+    """``<repository>-tuned``: a relative folder is taken beside the served repository (see
+    :meth:`Tuner._on_export`), so the default names no path of the machine."""
+    return f"{repository.name}-tuned"
 
 
 def _grid(layout_cells: list[w.Widget]) -> w.GridBox:
@@ -147,14 +142,17 @@ class PanelLayout:
                                         layout=layout())
         c["sweep_compression"] = w.Checkbox(value=False, description="compression none and gzip", indent=False,
                                             layout=layout())
-        c["replay_url"] = w.Text(value="", placeholder="host:port of a tritonserver", description="Triton URL",
-                                 style=style, layout=layout())
+        c["replay_url"] = w.Text(value="", placeholder="host:port, or start", description="Triton URL",
+                                 style=style, layout=layout(),
+                                 tooltip="a running tritonserver (explicit model control), or 'start': start the "
+                                         "nvidia-pytriton wheel's tritonserver over this repository's Python twin")
         c["replay_top"] = w.IntSlider(value=3, min=1, max=10, readout=True, description="top configs", style=style,
                                       layout=layout())
         c["replay_rounds"] = w.IntSlider(value=2, min=1, max=5, readout=True, description="rounds", style=style,
                                          layout=layout())
         c["export_folder"] = w.Text(value=_export_default(Path(self.server.repository)),
                                     description="export to", style={"description_width": "initial"},
+                                    tooltip="a folder beside the served repository (a name), or an absolute path",
                                     layout=w.Layout(width="320px", max_width=_FIT))
         self.controls = c
 

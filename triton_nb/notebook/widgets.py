@@ -547,8 +547,9 @@ class Tuner(PanelLayout):
         text = str(self.controls["export_folder"].value).strip()
         if not text:
             raise InvalidArgumentError("export: give the folder to write the repository to")
-        target = Path(text).expanduser().absolute()
         source = Path(self.server.repository).absolute()
+        # a relative folder goes beside the served repository, whatever the kernel's working directory
+        target = (source.parent / Path(text).expanduser()).resolve()
         if target == source or source in target.parents:
             raise InvalidArgumentError(f"export: {target} is inside the served repository {source}: name another "
                                        f"folder")
@@ -570,7 +571,7 @@ class Tuner(PanelLayout):
         url = str(self.controls["replay_url"].value).strip()
         if not url:
             raise InvalidArgumentError("replay: give the URL (host:port) of a tritonserver started with "
-                                       "--model-control-mode=explicit on this repository")
+                                       "--model-control-mode=explicit on this repository, or 'start' to start one")
         result = self.last_sweep
         if result is None:
             raise InvalidArgumentError("replay: run a Sweep first — Replay measures its best configs again on "
@@ -588,7 +589,11 @@ class Tuner(PanelLayout):
         def work() -> None:
             self.progress.max, self.progress.value = total, 0
             self._say(f"replay on {url}: {len(configs)} configs × {rounds} rounds …")
-            outcome = replay(result, url, top=top, rounds=rounds, progress=False, on_point=on_point)
+            if url == "start":  # the wheel's tritonserver over this repository's Python twin, stopped after
+                outcome = replay(result, None, top=top, rounds=rounds, progress=False, on_point=on_point,
+                                 model_repository=self.server.repository)
+            else:
+                outcome = replay(result, url, top=top, rounds=rounds, progress=False, on_point=on_point)
             self.replay_result = outcome
             self.replay_view.value = view.replay_html(outcome)
             self._say(outcome.summary())
