@@ -58,6 +58,8 @@ def test_core_journey_runs_with_every_extra_blocked(tmp_path, extras_models):
     # train -> export -> serve: every front end answers as XGBoost predicts
     assert report["agreement"] == {"inprocess": 1.0, "http": 1.0, "grpc": 1.0}
     assert report["throughput_infer_per_sec"] > 0
+    assert report["tune_recommended"] is not None  # perf.tune's sweep recommends a delay
+    assert report["panel_points"] == 1 and report["panel_errors"] == 0  # the Tuner measured the ensemble
     assert report["cli_help_exit"] == 0 and report["cli_help_lines"] > 5
     assert "[onnx] exporting tree models as ONNX" in report["show_versions"]
     assert report["optional_modules_loaded"] == []

@@ -1,4 +1,5 @@
-"""The core journey — train, export, serve (in-process, HTTP, gRPC), measure — run without any extra.
+"""The core journey — train, export, serve (in-process, HTTP, gRPC), measure, tune (perf.tune and the Tuner
+panel) — run without any extra.
 
 Run as a script in a fresh interpreter: ``python tests/helpers/light_journey.py OUT_DIR [--block]
 [--models REPO]``. ``--block`` makes every package of the optional extras (and pyarrow, which only
@@ -92,6 +93,16 @@ def run(out: Path, block: bool, models: Path | None) -> dict[str, Any]:
         measured = perf.measure(server, "ensemble", concurrency_range=[2], input_data="fraud",
                                 measurement_interval_ms=300, max_trials=2)
         report["throughput_infer_per_sec"] = float(measured["throughput_infer_per_sec"].iloc[0])
+        tuned = perf.tune(server, "ensemble", {"max_queue_delay_microseconds": [0, 500]}, tuned_model="fil",
+                          concurrency_range=[2], input_data="fraud", measurement_interval_ms=300, max_trials=2,
+                          progress=False)
+        report["tune_recommended"] = tuned.recommended
+        panel = server.tune("ensemble", tuned_model="fil")
+        panel.controls["measurement_interval_ms"].value = 300
+        panel.buttons["measure"].click()
+        panel.wait(60)
+        report["panel_points"] = len(panel.points)
+        report["panel_errors"] = int(panel.points["errors"].sum()) if len(panel.points) else -1
 
     if _absent("onnx") and _absent("dask"):  # blocked here, or really not installed
         report["missing"] = {
