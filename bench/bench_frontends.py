@@ -2,7 +2,7 @@
 
 One run, one machine, one trained fraud model, served in turn by
 
-* real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, via tests/helpers/real_triton.py);
+* real Triton 2.51 (the ``tritonserver`` of PyPI's nvidia-pytriton, started by triton_nb.tritonserver);
   that build has no FIL backend, so the tree model is exported as its Python-backend twin
   (``model_backend="python"``);
 * triton_nb (``triton-nb serve``, the command a deployment runs, in a process of its own so the
@@ -62,7 +62,6 @@ import shutil
 import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -71,7 +70,6 @@ from pathlib import Path
 
 from serve_process import triton_nb_serve
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "ensemble"
 OUTPUT = "predictions"
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -421,11 +419,9 @@ def triton_nb_server(repo: Path, log_path: Path, flags: tuple[str, ...] = ()):
 
 @contextlib.contextmanager
 def real_triton_server(repo: Path):
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # the tests' helpers are the package tests.helpers
-    from tests.helpers.real_triton import RealTritonServer
+    from triton_nb.tritonserver import TritonServerProcess
 
-    with RealTritonServer(repo) as server:
+    with TritonServerProcess(repo) as server:
         yield server.http_url, server.grpc_url
 
 
