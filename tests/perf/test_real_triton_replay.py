@@ -109,6 +109,7 @@ def test_replay_starts_tritonserver_over_the_python_twin_of_the_served_repositor
     assert (outcome.comparison["triton_throughput_infer_per_sec"] > 0).all()
     assert 0 < outcome.pick_vs_best <= 1
     assert any("Python twin" in note for note in outcome.notes)
+    assert outcome.summary().startswith("real Triton at the tritonserver started for the replay gives our pick")
 
 
 def test_replay_without_url_or_repository_says_what_to_give(tmp_path):

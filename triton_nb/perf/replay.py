@@ -63,7 +63,8 @@ class ReplayResult:
     triton_best: str | None
     #: every replayed point (one row per config, load level and round, ``round`` from 1)
     measurements: pd.DataFrame
-    #: the server replayed on and the model whose config changed there
+    #: the server replayed on ("the tritonserver started for the replay" when it was) and the models
+    #: whose config changed there
     url: str
     tuned_models: tuple[str, ...]
     rounds: int
@@ -218,6 +219,7 @@ def _replay_on_started_server(result: TuneResult, model_repository: str | os.Pat
             protocol = options.get("protocol") or _default_protocol(result)
             outcome = replay(result, server.grpc_url if protocol == "grpc" else server.http_url, **options)
         outcome.notes.append(f"on a tritonserver started for the replay over the Python twin of {model_repository}")
+        outcome.url = "the tritonserver started for the replay"  # its address is gone with it
         return outcome
 
 
