@@ -63,9 +63,10 @@ import statistics
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from serve_process import triton_nb_serve
@@ -111,6 +112,8 @@ class Point:
     p99: float
     errors: int = 0
     client_cpu: float = math.nan  # CPU seconds per second the load generator used while measuring
+    # CPU seconds per second each of the server's processes used while measuring, by kind of process
+    server_cpu: dict[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------- the request
@@ -298,10 +301,15 @@ def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: int) ->
     return point
 
 
-def bench_http(wrk: str, http_url: str, script: Path, concurrency: int, warmup_s: int, duration_s: int) -> Point:
+def bench_http(wrk: str, http_url: str, script: Path, concurrency: int, warmup_s: int, duration_s: int,
+               server_pid: int | None = None) -> Point:
     url = f"http://{http_url}/v2/models/{MODEL}/infer"
     run_wrk(wrk, url, script, concurrency, warmup_s)  # warm-up: connections, batcher, caches
-    return run_wrk(wrk, url, script, concurrency, duration_s)
+    with ServerCpu(server_pid) as cpu:
+        start = time.perf_counter()
+        point = run_wrk(wrk, url, script, concurrency, duration_s)
+        point.server_cpu = cpu.shares(start + 0.5, start + duration_s - 0.25)
+    return point
 
 
 # ---------------------------------------------------------------------------------- gRPC: grpc.aio
@@ -362,7 +370,7 @@ def grpc_load_process(grpc_url: str, payloads: list[bytes], start: int, in_fligh
 
 
 def bench_grpc(grpc_url: str, payloads: list[bytes], concurrency: int, processes: int, warmup_s: float,
-               duration_s: float) -> Point:
+               duration_s: float, server_pid: int | None = None) -> Point:
     import multiprocessing
 
     # spawn: a fresh interpreter, with no server, grpc or numpy state inherited from this one
@@ -379,7 +387,12 @@ def bench_grpc(grpc_url: str, payloads: list[bytes], concurrency: int, processes
                for start, share in zip(starts, shares, strict=True)]
     for worker in workers:
         worker.start()
-    answers = [results.get(timeout=warmup_s + duration_s + 120) for _ in workers]
+    with ServerCpu(server_pid) as cpu:
+        # the window: the load processes' clocks start after they connect and meet at the barrier,
+        # a moment after this one, so its first and last half second are left out
+        started = time.perf_counter()
+        answers = [results.get(timeout=warmup_s + duration_s + 120) for _ in workers]
+        server_cpu = cpu.shares(started + warmup_s + 0.5, started + warmup_s + duration_s - 0.5)
     for worker in workers:
         worker.join(timeout=30)
     failed = [a for a in answers if isinstance(a, BaseException)]
@@ -391,12 +404,103 @@ def bench_grpc(grpc_url: str, payloads: list[bytes], concurrency: int, processes
     if not latencies:
         raise RuntimeError("no gRPC request completed in the measuring window")
     return Point(len(latencies) / duration_s, percentile(latencies, 50), percentile(latencies, 99), errors,
-                 cpu / duration_s)
+                 cpu / duration_s, server_cpu)
 
 
 def percentile(ordered: list[float], pct: float) -> float:
     """Nearest-rank percentile of sorted values (what wrk's histogram reports too)."""
     return ordered[min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))]
+
+
+# ---------------------------------------------------------------------------------- server CPU
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# what a child process of a server is, from its command line
+_PROCESS_KINDS = (("grpc_relay", "gRPC relay"), ("http_relay", "HTTP relay"), ("_python_stub", "model processes"),
+                  ("triton_python_backend_stub", "model processes"))
+
+
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far), from /proc (empty where there is none)."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+    return table
+
+
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "server"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    return next((kind for marker, kind in _PROCESS_KINDS if marker in command), "other")
+
+
+class ServerCpu:
+    """CPU use of a server's processes (the server and its descendants: relays, model processes),
+    sampled every 0.25 s in a thread while a point runs; :meth:`shares` gives each kind of process's
+    CPU seconds per second over a window of it."""
+
+    def __init__(self, pid: int | None) -> None:
+        self._pid = pid
+        self._samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._kinds: dict[int, str] = {}
+
+    def _sample(self) -> dict[str, float]:
+        table = _process_table()
+        members = {self._pid}
+        grew = True
+        while grew:  # descendants, however deep (real Triton's stubs are its children)
+            grew = False
+            for pid, (parent, _) in table.items():
+                if parent in members and pid not in members:
+                    members.add(pid)
+                    grew = True
+        used: dict[str, float] = {}
+        for pid in members & table.keys():
+            kind = self._kinds.setdefault(pid, _kind(pid, self._pid))
+            used[kind] = used.get(kind, 0.0) + table[pid][1]
+        return used
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._samples.append((time.perf_counter(), self._sample()))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> ServerCpu:
+        if self._pid is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pid is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def shares(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds per second of each kind of process between the samples nearest ``start`` and ``end``."""
+        inside = [sample for sample in self._samples if start <= sample[0] <= end]
+        if len(inside) < 2:
+            return {}
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        return {kind: (last[kind] - first.get(kind, 0.0)) / (t1 - t0) for kind in last}
+
+
+def format_cpu(shares: dict[str, float]) -> str:
+    if not shares:
+        return "-"
+    parts = ", ".join(f"{kind} {share:.0%}" for kind, share in sorted(shares.items(), key=lambda kv: -kv[1])
+                      if share >= 0.005)  # a relay with nothing to relay (HTTP load) is left out
+    return f"{sum(shares.values()):.0%} ({parts})"
 
 
 # ---------------------------------------------------------------------------------- servers
@@ -411,10 +515,10 @@ def _ready(http_url: str) -> bool:
 def triton_nb_server(repo: Path, log_path: Path, flags: tuple[str, ...] = ()):
     """``triton-nb serve`` on ``repo`` in a child process, as a deployment runs it (it also keeps the
     loaded models out of the garbage collector's scans); yields (http_url, grpc_url)."""
-    with triton_nb_serve(repo, ("http", "grpc"), log_path, flags=flags) as (_, endpoints):
+    with triton_nb_serve(repo, ("http", "grpc"), log_path, flags=flags) as (process, endpoints):
         while not _ready(endpoints["http"]):
             time.sleep(0.2)
-        yield endpoints["http"], endpoints["grpc"]
+        yield endpoints["http"], endpoints["grpc"], process.pid
 
 
 @contextlib.contextmanager
@@ -422,7 +526,7 @@ def real_triton_server(repo: Path):
     from triton_nb.tritonserver import TritonServerProcess
 
     with TritonServerProcess(repo) as server:
-        yield server.http_url, server.grpc_url
+        yield server.http_url, server.grpc_url, server.pid
 
 
 # ---------------------------------------------------------------------------------- main
@@ -466,21 +570,22 @@ def check_predictions(title: str, urls: tuple[str, str], requests: Requests) -> 
               f"{len(requests.bodies):,} rows ({flagged} of them flagged as fraud)", flush=True)
 
 
-def measure_server(name: str, urls: tuple[str, str], args, requests: Requests,
+def measure_server(name: str, urls: tuple[str, str, int | None], args, requests: Requests,
                    script: Path) -> dict[tuple[str, int], Point]:
-    http_url, grpc_url = urls
-    check_predictions(SERVERS[name][0], urls, requests)
+    http_url, grpc_url, pid = urls
+    check_predictions(SERVERS[name][0], (http_url, grpc_url), requests)
     points = {}
     for protocol in args.protocols:
         for concurrency in args.concurrency:
             if protocol == "http":
-                point = bench_http(args.wrk, http_url, script, concurrency, args.warmup_s, args.duration_s)
+                point = bench_http(args.wrk, http_url, script, concurrency, args.warmup_s, args.duration_s, pid)
             else:
                 point = bench_grpc(grpc_url, requests.payloads, concurrency, args.grpc_processes, args.warmup_s,
-                                   args.duration_s)
+                                   args.duration_s, pid)
             points[protocol, concurrency] = point
             print(f"  {protocol:4} c={concurrency:<3} {point.rate:9,.0f} infer/s   p50 {point.p50 * 1e3:7.2f} ms   "
-                  f"p99 {point.p99 * 1e3:7.2f} ms   load generator {point.client_cpu:4.0%} CPU"
+                  f"p99 {point.p99 * 1e3:7.2f} ms   load generator {point.client_cpu:4.0%} CPU   "
+                  f"server CPU {format_cpu(point.server_cpu)}"
                   + (f"   ERRORS {point.errors}" if point.errors else ""), flush=True)
     return points
 
@@ -535,6 +640,12 @@ def print_table(results: dict[str, dict[tuple[str, int], Point]], args, inputs: 
           "python twin (same dir): both servers serve one directory, the tree model on the Python backend\n"
           "FIL (ours only): triton_nb on its default export, the tree model on the FIL backend (real Triton's build "
           "has none); its real/s column is the same real Triton measurement")
+    print("\nCPU seconds per second while measured (the point's median round): the server's processes by kind, "
+          "and the load generator")
+    for name, points in results.items():
+        for (protocol, concurrency), point in points.items():
+            print(f"  {SERVERS[name][0]:58} {protocol:5} c={concurrency:<3} server {format_cpu(point.server_cpu)}; "
+                  f"load generator {point.client_cpu:.0%}")
     if real:
         for variant in variants:
             if variant:

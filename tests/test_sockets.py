@@ -1,6 +1,5 @@
-"""Socket writes that keep the GIL (``triton_nb._sockets``) and the process channel that reads a
-message in one go (``triton_nb.backends._process_channel``): every byte arrives, in order, whatever
-the socket takes at once; the GIL stays with the writer when the socket takes the bytes."""
+"""Socket helpers (``triton_nb._sockets``) and the process channel that reads a message in one go
+(``triton_nb.backends._process_channel``): every byte arrives, in order, however it is split."""
 
 from __future__ import annotations
 
@@ -11,85 +10,33 @@ import threading
 
 import pytest
 
-from triton_nb._sockets import send_all
+from triton_nb._sockets import recv_exactly
 from triton_nb.backends._process_channel import Channel
 
 
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
-    chunks = []
-    while count:
-        chunk = sock.recv(min(count, 1 << 16))
-        assert chunk, "the writer closed early"
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
-
-
-@pytest.mark.parametrize("blocking", [True, False])
-def test_send_all_delivers_more_than_the_socket_takes_at_once_in_order(blocking):
+def test_recv_exactly_reads_across_partial_reads_and_says_when_the_writer_left():
     ours, theirs = socket.socketpair()
-    if not blocking:
-        ours.settimeout(10.0)  # the socket is non-blocking underneath; sendall still waits, up to the timeout
-    payload = bytes(range(256)) * (24 * 1024)  # 6 MiB: far over a socket pair's buffer
-    received: list[bytes] = []
-    reader = threading.Thread(target=lambda: received.append(_read_exactly(theirs, len(payload) + 5)))
-    reader.start()
+    payload = bytes(range(256)) * (24 * 1024)  # 6 MiB: far over a socket pair's buffer, so several reads
+    writer = threading.Thread(target=lambda: (ours.sendall(payload + b"tail"), ours.close()))
+    writer.start()
     try:
-        send_all(ours, payload)
-        send_all(ours, b"tail!")
-        reader.join(30)
-        assert not reader.is_alive()
-        assert received == [payload + b"tail!"]
-        send_all(ours, bytearray(b"any buffer"))  # not bytes: the ordinary sendall
-        assert _read_exactly(theirs, 10) == b"any buffer"
+        assert recv_exactly(theirs, len(payload)) == payload
+        assert recv_exactly(theirs, 4) == b"tail"
+        writer.join(30)
+        with pytest.raises(EOFError):
+            recv_exactly(theirs, 1)
     finally:
-        ours.close()
         theirs.close()
 
 
-def test_send_all_to_a_closed_peer_raises_oserror():
+def test_a_channel_to_a_closed_peer_raises_oserror():
     ours, theirs = socket.socketpair()
+    channel = Channel(ours)
     theirs.close()
     with pytest.raises(OSError):
         for _ in range(3):  # (the first write may still land in the buffer on some systems)
-            send_all(ours, b"x" * 1024)
+            channel.send(("x", b"x" * 1024))
     ours.close()
-    with pytest.raises(OSError):
-        send_all(ours, b"x")  # a closed socket
-
-
-class _Recording(socket.socket):
-    """A socket that records what goes through the ordinary ``sendall`` (which lets the GIL go)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.ordinary: list[int] = []
-
-    def sendall(self, data, *args):
-        self.ordinary.append(len(data))
-        return super().sendall(data, *args)
-
-
-def test_send_all_keeps_the_gil_when_the_socket_takes_the_bytes_and_waits_the_ordinary_way_otherwise():
-    """Bytes the socket takes at once go through libc's ``send`` called with the GIL held; only the
-    rest of a write the socket cannot take at once goes through ``sendall``, which waits with the
-    GIL released."""
-    ours, theirs = socket.socketpair()
-    recording = _Recording(fileno=ours.detach())
-    try:
-        for _ in range(50):
-            send_all(recording, b"a small frame")
-        assert recording.ordinary == []
-        assert _read_exactly(theirs, 50 * 13) == b"a small frame" * 50
-        payload = b"\x07" * (6 << 20)
-        reader = threading.Thread(target=lambda: _read_exactly(theirs, len(payload)))
-        reader.start()
-        send_all(recording, payload)
-        reader.join(30)
-        assert len(recording.ordinary) == 1 and 0 < recording.ordinary[0] < len(payload)  # the rest only
-    finally:
-        recording.close()
-        theirs.close()
 
 
 def test_the_channel_reads_messages_whole_however_the_bytes_arrive():

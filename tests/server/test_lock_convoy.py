@@ -176,3 +176,25 @@ def test_yielding_lock_serves_a_condition_reentrantly() -> None:
     lock.release()
     with pytest.raises(RuntimeError):
         lock.release()  # an RLock refuses a release it does not hold
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_yielding_lock_is_the_plain_lock_where_the_interpreter_has_no_gil(monkeypatch, reentrant: bool) -> None:
+    """On a free-threaded interpreter there is no GIL to yield and RLock's internals are not ours to
+    rely on: the plain lock, which still serves a condition."""
+    import triton_nb._locks as locks
+
+    monkeypatch.setattr(locks, "_GIL_ENABLED", False)
+    lock = YieldingLock(reentrant=reentrant)
+    assert type(lock) is type(threading.RLock() if reentrant else threading.Lock())
+    condition = threading.Condition(lock)
+    with condition:
+        assert not condition.wait(timeout=0.01)
+
+
+def test_yielding_lock_matches_the_interpreter() -> None:
+    """With the GIL (every interpreter CI runs), the yielding lock; without it, the plain one."""
+    import sys
+
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    assert isinstance(YieldingLock(), YieldingLock) is gil

@@ -15,8 +15,6 @@ import struct
 import threading
 from typing import Any
 
-from triton_nb._sockets import send_all
-
 __all__ = ["Channel", "error_from_wire", "error_to_wire"]
 
 _HEADER = struct.Struct("<Q")
@@ -27,12 +25,8 @@ _KEPT_BYTES = 1 << 22  # a read buffer grown past this goes back to _READ_BYTES 
 class Channel:
     """One end of the socket pair; ``send`` may be called from any thread, ``recv`` from one.
 
-    The server's worker threads share one GIL with a busy front end, and every system call that
-    lets the GIL go costs the caller a wait to get it back (up to the interpreter's switch
-    interval) before it can go on with the batch. So a message is sent by a call that keeps the GIL
-    when the socket takes it at once (:func:`triton_nb._sockets.send_all`), and read, header and
-    body together, by one ``recv`` where it fits: a batch's round trip lets the GIL go once, to wait
-    for the answer."""
+    A message is sent with one ``sendall`` and read, header and body together, by one ``recv``
+    where it fits."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -46,7 +40,7 @@ class Channel:
         """Send one message; raises ``OSError`` when the other side is gone."""
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         with self._send_lock:
-            send_all(self._sock, _HEADER.pack(len(data)) + data)
+            self._sock.sendall(_HEADER.pack(len(data)) + data)
 
     def recv(self) -> tuple[Any, ...] | None:
         """The next message, or None when the other side closed (or died)."""

@@ -46,6 +46,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triton_nb._sockets import SCRIPT_BOOTSTRAP
 from triton_nb.backends import _python_stub
 from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
 from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, remove_arenas, unpack_batch
@@ -68,8 +69,6 @@ STUB_START_TIMEOUT_S = float(os.environ.get("TRITON_NB_STUB_START_TIMEOUT_S", "1
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 # run the stub by path with nothing of ours on sys.path: the stub file's folder holds modules named
 # "python", "base"... that would shadow a model's own imports
-_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
 _SERVER_METHODS = frozenset({"infer", "is_model_ready", "load_model", "unload_model"})
 
 
@@ -88,7 +87,7 @@ def _start_stub(interpreter: str, theirs: socket.socket, env: dict[str, str], da
     """The stub process on its end of the socket pair (and of the batches' pair, ``data``); its
     own session, so a Ctrl-C in a terminal reaches the server only."""
     fds = (theirs.fileno(),) if data is None else (theirs.fileno(), data.fileno())
-    return subprocess.Popen([interpreter, "-c", _BOOTSTRAP, _python_stub.__file__, ",".join(map(str, fds)),
+    return subprocess.Popen([interpreter, "-c", SCRIPT_BOOTSTRAP, _python_stub.__file__, ",".join(map(str, fds)),
                              _PACKAGE_DIR], pass_fds=fds, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                             **streams)
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from triton_nb._locks import YieldingLock
+from triton_nb._sockets import SCRIPT_BOOTSTRAP
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.frames import config_datatype
 from triton_nb.perf import _loadgen
@@ -469,9 +470,6 @@ class SystemSharedMemory:
 _RECORD_DTYPE = np.dtype([("sent", "<i8"), ("answered", "<i8"), ("ok", "u1"), ("request_bytes", "<u4"),
                           ("response_bytes", "<u4")])
 
-_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
-
 
 class NetworkLoad:
     """Requests over HTTP or gRPC from a load-generator process (:mod:`triton_nb.perf._loadgen`);
@@ -505,7 +503,7 @@ class NetworkLoad:
             for body, header in payloads:
                 stream.write(struct.pack("<II", len(body), header) + body)
         level = ["--concurrency", str(concurrency)] if concurrency else ["--rate", str(request_rate)]
-        self._command = [sys.executable, "-c", _BOOTSTRAP, str(Path(_loadgen.__file__)), "--protocol", protocol,
+        self._command = [sys.executable, "-c", SCRIPT_BOOTSTRAP, str(Path(_loadgen.__file__)), "--protocol", protocol,
                          "--url", url, "--model", model, "--payloads", self._payload_path, *level,
                          "--distribution", distribution, "--seed", str(seed), *wire.loadgen_arguments(),
                          *(sequences.loadgen_arguments() if sequences else [])]

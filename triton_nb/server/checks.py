@@ -136,7 +136,9 @@ def _conforms(target: CheckedVersion, request: InferRequest, limit: int, max_str
     sends the request through the full check, which finds what is wrong and says it in Triton's
     words. (Every request passes here; a fraud transaction's 14 inputs cost 14 rounds of Python
     per request in a loop, where the names, types, datatypes and shapes read by C into one key and
-    looked up in the version's table of signatures that passed cost a fraction of that.)"""
+    looked up in the version's table of signatures that passed cost a fraction of that. Measured
+    2026-12-07 against the full check on every request, the fraud twin in process, alternated:
+    1.37x the requests a second at 16 in flight, level at 64.)"""
     inputs = request.inputs
     values = inputs.values()
     try:

@@ -25,7 +25,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb._sockets import send_all
+from triton_nb._sockets import SCRIPT_BOOTSTRAP, recv_exactly
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
 from triton_nb.server import grpc_relay as relay
 from triton_nb.server.grpc import GrpcServicer
@@ -66,8 +66,7 @@ class RelayLink(asyncio.Protocol):
     Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
     and queued; its answer is encoded and written by the model thread that finishes it, through a
     blocking duplicate of the socket under a lock — no hop back to the loop, whose thread would have
-    to win the GIL once more per call — by a call that keeps the GIL when the socket takes the frame
-    at once (:func:`triton_nb._sockets.send_all`). The other calls run the servicer's coroutines as tasks.
+    to win the GIL once more per call. The other calls run the servicer's coroutines as tasks.
     """
 
     def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
@@ -98,7 +97,7 @@ class RelayLink(asyncio.Protocol):
         data = relay.frame(kind, call_id, payload)
         with self._write_lock:
             try:
-                send_all(self._writer, data)  # keeps the GIL when the relay takes it at once
+                self._writer.sendall(data)
             except OSError:  # the relay has gone: its clients see the connection drop
                 log.debug("gRPC relay gone; answer to call %d dropped", call_id)
 
@@ -218,10 +217,6 @@ def _message_class(descriptor: Any) -> Any:
     return getattr(pb, descriptor.name)
 
 
-_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
 class GrpcRelay:
     """Starts the relay process and ends it; the link runs on the front ends' event loop."""
 
@@ -231,7 +226,7 @@ class GrpcRelay:
         ours, theirs = socket.socketpair()
         # Run as a file, without its folder on sys.path (its siblings grpc.py and http.py would
         # shadow the real packages) and without importing the package (fast start, no models).
-        command = [sys.executable, "-c", _BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
+        command = [sys.executable, "-c", SCRIPT_BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
                    "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
                    "--restricted", json.dumps(restricted or {})]
         try:
@@ -249,9 +244,9 @@ class GrpcRelay:
     def _await_listening(self, timeout_s: float) -> int:
         self._socket.settimeout(timeout_s)
         try:
-            header = _recv_exactly(self._socket, relay.HEADER.size)
+            header = recv_exactly(self._socket, relay.HEADER.size)
             size, _, kind = relay.HEADER.unpack(header)
-            payload = _recv_exactly(self._socket, size)
+            payload = recv_exactly(self._socket, size)
         except (OSError, EOFError) as exc:
             raise UnavailableError(f"the gRPC front end did not start: {exc or 'the relay process exited'}") from None
         finally:
@@ -287,13 +282,3 @@ class GrpcRelay:
             self.process.wait()
         self._socket.close()
 
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise EOFError("the relay process exited")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)

@@ -94,9 +94,6 @@ class RequestParameters(NamedTuple):
     empty_final_response: bool = False
 
 
-_new_tuple = tuple.__new__
-
-
 def _whole_number(model: str, key: str, value: Any) -> int:
     if type(value) is not int or value < 0:  # bool is not a number here, as in JSON and protobuf
         raise InvalidArgumentError(f"model '{model}': request parameter '{key}' must be a whole number >= 0, "
@@ -142,8 +139,7 @@ def parse_parameters(model: str, parameters: Iterable[tuple[str, Any]]) -> Reque
             binary = _flag(model, key, value)
         else:
             empty_final = _flag(model, key, value)
-    # tuple.__new__ directly: a NamedTuple's generated __new__ is one Python call more per request
-    return _new_tuple(RequestParameters, (kept, priority, timeout, binary, empty_final))
+    return RequestParameters(kept, priority, timeout, binary, empty_final)
 
 
 def infer_request(model: str, version: int | None, inputs: dict[str, np.ndarray], requested_outputs: list[str] | None,
