@@ -220,12 +220,12 @@ def test_a_bad_list_is_a_one_line_error_naming_the_flag(argv, message, capsys):
 
 
 def test_no_flag_takes_space_separated_values_but_the_one_kept_for_a_release():
-    from triton_nb.cli._args import _SpacedListAlias
+    from triton_nb.cli._args import SpacedListAlias
 
     parser = _build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     spaced = [(name, action.option_strings[0]) for name, sub in commands.choices.items() for action in sub._actions
-              if action.nargs in ("*", "+") and not isinstance(action, _SpacedListAlias)]
+              if action.nargs in ("*", "+") and not isinstance(action, SpacedListAlias)]
     assert spaced == []
 
 

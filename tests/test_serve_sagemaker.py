@@ -17,14 +17,14 @@ import pytest
 
 from tests.test_serve_flags import ROOT, write_model
 from triton_nb.cli import _build_parser, main
-from triton_nb.cli.serve import _sagemaker_start
+from triton_nb.cli.serve import sagemaker_start
 from triton_nb.repository.sagemaker import package_for_sagemaker
 
 REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}).encode()
 
 
 def _parse(argv: list[str], environ: dict[str, str]):
-    return _build_parser().parse_args(["serve", *_sagemaker_start(argv, environ), *argv])
+    return _build_parser().parse_args(["serve", *sagemaker_start(argv, environ), *argv])
 
 
 def test_the_start_scripts_variables_become_its_flags_and_the_command_line_wins(tmp_path: Path) -> None:
@@ -46,16 +46,16 @@ def test_the_default_model_and_the_ping_mode_are_chosen_as_the_script_chooses_th
     environ: dict[str, str] = {}
     with pytest.raises(Exception, match=r"2 model directories in .* \(one, two\): set "
                                         r"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"):
-        _sagemaker_start([f"--model-repository={repo}"], environ)
+        sagemaker_start([f"--model-repository={repo}"], environ)
     environ = {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "two"}
-    assert "--load-model=two" in _sagemaker_start([f"--model-repository={repo}"], environ)
+    assert "--load-model=two" in sagemaker_start([f"--model-repository={repo}"], environ)
     assert environ["SAGEMAKER_TRITON_PING_MODE"] == "ready"
     environ = {"SAGEMAKER_MULTI_MODEL": "true"}
-    assert not any(flag.startswith("--load-model") for flag in _sagemaker_start([f"--model-repository={repo}"],
+    assert not any(flag.startswith("--load-model") for flag in sagemaker_start([f"--model-repository={repo}"],
                                                                                  environ))
     assert environ["SAGEMAKER_TRITON_PING_MODE"] == "live"
     environ = {"SAGEMAKER_MULTI_MODEL": "true", "SAGEMAKER_TRITON_OVERRIDE_PING_MODE": "ready"}
-    _sagemaker_start([f"--model-repository={repo}"], environ)
+    sagemaker_start([f"--model-repository={repo}"], environ)
     assert environ["SAGEMAKER_TRITON_PING_MODE"] == "ready"
 
 

@@ -18,8 +18,8 @@ from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends.base import ModelContext
 from triton_nb.backends.fil import FilBackend, common, compiled
-from triton_nb.backends.fil.calibration import _CALIBRATION_SIZES, _Selector
-from triton_nb.backends.fil.engines import _Candidate
+from triton_nb.backends.fil.calibration import CALIBRATION_SIZES, Selector
+from triton_nb.backends.fil.engines import Candidate
 from triton_nb.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from triton_nb.repository.config import effective_config, fil_parameters, load_config, save_config
 from triton_nb.repository.export import export_tree_model
@@ -342,7 +342,7 @@ def test_the_compiled_engine_keeps_the_gil_for_small_batches_only(models, data, 
     above through the releasing one, and both give the library's answers."""
     model, x = models["xgb_reg"], np.tile(data[3], (2, 1))
     backend = load(model, engine="tl2cgen")  # builds (or finds) the library, forced: no fallback engine
-    library = compiled._CompiledLibrary(backend._builder.build())  # the cached library, at once
+    library = compiled.CompiledLibrary(backend._builder.build())  # the cached library, at once
     calls: list[str] = []
 
     def recording(fn, label):
@@ -377,9 +377,9 @@ def test_xgboost_engine_takes_input_that_is_not_aligned(models, data, load, offs
 
 
 def test_the_selector_follows_a_lasting_change_but_not_an_outlier():
-    fast, slow = _Candidate("fast", 1, lambda x: x), _Candidate("slow", 2, lambda x: x)
-    sizes = _CALIBRATION_SIZES
-    selector = _Selector([fast, slow], {"fast/1": {s: 1e-6 * s for s in sizes},
+    fast, slow = Candidate("fast", 1, lambda x: x), Candidate("slow", 2, lambda x: x)
+    sizes = CALIBRATION_SIZES
+    selector = Selector([fast, slow], {"fast/1": {s: 1e-6 * s for s in sizes},
                                         "slow/2": {s: 2e-6 * s for s in sizes}})
     band, rows = 2, 64
     cost = [1e-6, 2e-6]
@@ -442,14 +442,14 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     for path in cache_dir.glob("*"):  # this model may have been compiled by another test
         path.unlink() if path.is_file() else shutil.rmtree(path)
     gate, entered = threading.Event(), threading.Event()
-    compile_ = compiled._Builder._compile
+    compile_ = compiled.Builder._compile
 
     def gated(self):
         entered.set()
         assert gate.wait(30)  # were serving to wait for the compilation, this would time out and fail it
         return compile_(self)
 
-    monkeypatch.setattr(compiled._Builder, "_compile", gated)
+    monkeypatch.setattr(compiled.Builder, "_compile", gated)
     backend = load(model)
     try:
         assert backend.compile_state == "compiling" and "tl2cgen" not in backend.engines
@@ -472,7 +472,7 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
     def no_compile(self):
         raise AssertionError("the second load must find the cached library")
 
-    monkeypatch.setattr(compiled._Builder, "_compile", no_compile)
+    monkeypatch.setattr(compiled.Builder, "_compile", no_compile)
     second = load(model, name="again")
     assert second.compile_state == "ready" and second.compiled_from_cache and second._thread is None
     assert second.engine_for(1) == "tl2cgen"
@@ -482,13 +482,13 @@ def test_compilation_runs_in_the_background_and_the_cache_is_reused(models, data
 def test_instances_of_one_model_compile_it_once(models, data, load, monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_NB_CACHE_DIR", str(tmp_path / "own-cache"))
     calls = []
-    compile_ = compiled._Builder._compile
+    compile_ = compiled.Builder._compile
 
     def counted(self):
         calls.append(self.key)
         return compile_(self)
 
-    monkeypatch.setattr(compiled._Builder, "_compile", counted)
+    monkeypatch.setattr(compiled.Builder, "_compile", counted)
     folder = export_tree_model(models["lgb_multi"], tmp_path / "repo", name="twice", predict_proba=True)
     first, second = load(None, folder=folder), load(None, folder=folder)
     assert first.wait_compiled(60) and second.wait_compiled(60)

@@ -333,7 +333,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _model_filename(config: ModelConfig, code_dir: Path | None = None) -> str:
+def model_filename(config: ModelConfig, code_dir: Path | None = None) -> str:
     """The file to load: a Python-based backend's is always its folder's model.py."""
     return "model.py" if code_dir is not None else config.default_model_filename or "model.py"
 
@@ -353,7 +353,7 @@ class PythonModelSettings:
         from triton_nb.repository.config import config_to_json
 
         return cls(json.dumps(config_to_json(config)), bool(config.model_transaction_policy.decoupled),
-                   tuple(tensor.name for tensor in config.output), _model_filename(config))
+                   tuple(tensor.name for tensor in config.output), model_filename(config))
 
 
 # --------------------------------------------------------------------------- auto-complete
@@ -372,7 +372,7 @@ def auto_complete(config: ModelConfig, version_path: Path, code_dir: Path | None
     from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
 
     name = config.name or Path(version_path).parent.name
-    completed = complete_config_json(config_to_json(config), name, version_path, _model_filename(config, code_dir),
+    completed = complete_config_json(config_to_json(config), name, version_path, model_filename(config, code_dir),
                                      code_dir)
     if completed is None:
         unchanged = ModelConfig()

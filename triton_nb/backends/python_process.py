@@ -526,7 +526,7 @@ def auto_complete_in_process(config: ModelConfig, version_path: Path, *, interpr
     so that what its ``model.py`` imports at module level needs only that environment, as on Triton,
     where the stub runs it. The answer travels as Triton's JSON form and becomes a config here.
     ``code_dir``: a Python-based backend's folder, whose ``model.py`` runs for the model."""
-    from triton_nb.backends.python import _model_filename
+    from triton_nb.backends.python import model_filename
     from triton_nb.repository.config import ModelConfig, config_from_json, config_to_json
 
     name = config.name or Path(version_path).parent.name
@@ -541,7 +541,7 @@ def auto_complete_in_process(config: ModelConfig, version_path: Path, *, interpr
     channel = Channel(ours)
     try:
         channel.send(("autocomplete", {"config": config_to_json(config), "name": name,
-                                       "version_path": str(version_path), "filename": _model_filename(config, code_dir),
+                                       "version_path": str(version_path), "filename": model_filename(config, code_dir),
                                        "code_dir": None if code_dir is None else str(code_dir)}))
         ours.settimeout(STUB_START_TIMEOUT_S)
         answer = channel.recv()  # None when the process ended, or the time ran out (a read that timed out)

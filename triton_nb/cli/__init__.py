@@ -22,11 +22,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from triton_nb.cli._args import _environment
-from triton_nb.cli.perf import _add_perf_parser, _add_tune_parser, _perf, _tune
-from triton_nb.cli.repository import _add_repository_parsers, _export, _validate
-from triton_nb.cli.serve import _add_serve_parser, _sagemaker_start, _serve, _serve_archive
-from triton_nb.cli.training import _add_training_parsers, _demo, _generate, _train
+from triton_nb.cli._args import environment_set
+from triton_nb.cli.perf import add_perf_parser, add_tune_parser, perf_command, tune_command
+from triton_nb.cli.repository import add_repository_parsers, export_command, validate_command
+from triton_nb.cli.serve import add_serve_parser, sagemaker_start, serve_archive, serve_command
+from triton_nb.cli.training import add_training_parsers, demo_command, generate_command, train_command
 from triton_nb.errors import TritonNBError
 
 __all__ = ["main"]
@@ -49,11 +49,11 @@ def _build_parser() -> argparse.ArgumentParser:
                              "serve's --log-* flags take over for the server")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    _add_training_parsers(commands)
-    _add_repository_parsers(commands)
-    _add_serve_parser(commands)
-    _add_perf_parser(commands)
-    _add_tune_parser(commands)
+    add_training_parsers(commands)
+    add_repository_parsers(commands)
+    add_serve_parser(commands)
+    add_perf_parser(commands)
+    add_tune_parser(commands)
     return parser
 
 
@@ -71,20 +71,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         at = argv.index("serve") + 1
         try:
             multi_model = args.allow_sagemaker and os.environ.get("SAGEMAKER_MULTI_MODEL") == "true"
-            given = _serve_archive(argv[at:], multi_model)
+            given = serve_archive(argv[at:], multi_model)
             environ = dict(os.environ)
-            derived = _sagemaker_start(given, environ) if args.allow_sagemaker else []
+            derived = sagemaker_start(given, environ) if args.allow_sagemaker else []
             exported = {name: value for name, value in environ.items() if os.environ.get(name) != value}
         except TritonNBError as exc:
             print(f"triton-nb serve: error: {exc}", file=sys.stderr)
             return 2
         args = _build_parser().parse_args([*argv[:at], *derived, *given])
-    handlers = {"demo": _demo, "generate": _generate, "train": lambda a: _train(a, a.out),
-                "export": _export, "validate": _validate, "serve": _serve, "perf": _perf, "tune": _tune}
+    handlers = {"demo": demo_command, "generate": generate_command, "train": lambda a: train_command(a, a.out),
+                "export": export_command, "validate": validate_command, "serve": serve_command, "perf": perf_command,
+                "tune": tune_command}
     if hasattr(args, "check"):
         args.check(args)
     try:
-        with _environment(exported):
+        with environment_set(exported):
             status = handlers[args.command](args)
     except TritonNBError as exc:
         print(f"triton-nb {args.command}: error: {exc}", file=sys.stderr)

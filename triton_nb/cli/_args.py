@@ -28,11 +28,11 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-_positive_int = _int_at_least(1)
-_whole = _int_at_least(0)
+positive_int = _int_at_least(1)
+whole_number = _int_at_least(0)
 
 
-def _fraction(text: str) -> float:
+def fraction_0_1(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -45,7 +45,7 @@ def _fraction(text: str) -> float:
 _LIST_WHAT = {int: "whole numbers", float: "numbers"}
 
 
-def _comma_list(kind: type, *, minimum: float | None = None, unique: bool = False) -> Callable[[str], list]:
+def comma_list(kind: type, *, minimum: float | None = None, unique: bool = False) -> Callable[[str], list]:
     """The one spelling of a list on every sub-command: comma-separated values (``1,8,64``), as
     perf_analyzer and Model Analyzer take them; ``minimum`` and ``unique`` say what else is refused."""
     what = _LIST_WHAT.get(kind, "values")
@@ -66,10 +66,10 @@ def _comma_list(kind: type, *, minimum: float | None = None, unique: bool = Fals
     return parse
 
 
-class _SpacedListAlias(argparse.Action):
+class SpacedListAlias(argparse.Action):
     """A list flag that took space-separated values before it took comma-separated ones
     (``--preferred-batch-size 8 16``): that spelling is still read, for a release, with a line on
-    stderr giving the comma-separated one. Its ``type`` is a :func:`_comma_list`."""
+    stderr giving the comma-separated one. Its ``type`` is a :func:`comma_list`."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs="*", **kwargs)
@@ -84,21 +84,21 @@ class _SpacedListAlias(argparse.Action):
         setattr(namespace, self.dest, flat)
 
 
-class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's help, but a :class:`_SpacedListAlias` flag shows its one spelling (``N,...``), not
+class CommandHelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but a :class:`SpacedListAlias` flag shows its one spelling (``N,...``), not
     the space-separated one that is kept for a release."""
 
     def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
-        if isinstance(action, _SpacedListAlias):
+        if isinstance(action, SpacedListAlias):
             return self._metavar_formatter(action, default_metavar)(1)[0]
         return super()._format_args(action, default_metavar)
 
 
-def _deprecated(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+def deprecated_spelling(parser: argparse.ArgumentParser, old: str, new: str) -> None:
     print(f"{parser.prog}: {old} is deprecated: use {new}", file=sys.stderr, flush=True)
 
 
-def _flag(text: str) -> bool:
+def true_or_false(text: str) -> bool:
     """A boolean flag's value as tritonserver reads it: true, on or 1; false, off or 0 (any case)."""
     lowered = text.lower()
     if lowered in ("true", "on", "1"):
@@ -108,7 +108,7 @@ def _flag(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _verbosity(text: str) -> int:
+def verbosity_level(text: str) -> int:
     """``--log-verbose``: a level >= 0, or true (1) and false (0), as tritonserver reads it."""
     lowered = text.lower()
     if lowered in ("true", "false"):
@@ -124,21 +124,21 @@ def _verbosity(text: str) -> int:
 
 
 
-def _integer(text: str) -> int:
+def any_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def _number(text: str) -> float:
+def any_float(text: str) -> float:
     try:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -148,7 +148,7 @@ def _port(text: str) -> int:
     return value
 
 
-def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Argument mistakes as one line on stderr (no usage block, which is long for these commands)."""
 
     def error(message: str):
@@ -161,7 +161,7 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     return parser
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -172,7 +172,7 @@ def _positive_float(text: str) -> float:
 
 
 @contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
+def environment_set(values: dict[str, str]) -> Iterator[None]:
     """``values`` in the process environment while the block runs (the server reads the SageMaker
     variables when it is made), as they were before afterwards: ``main`` may run in a caller's process."""
     saved = {name: os.environ.get(name) for name in values}

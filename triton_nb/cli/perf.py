@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from triton_nb.cli._args import _comma_list, _environment, _one_line_errors, _positive_float, _positive_int
+from triton_nb.cli._args import comma_list, environment_set, one_line_errors, positive_float, positive_int
 from triton_nb.errors import TritonNBError
 from triton_nb.transport import PROTOCOLS
 
@@ -40,7 +40,7 @@ def _load_range(whole: bool):
 
 def _candidates(minimum: int) -> Callable[[str], list]:
     """A tune knob's candidate values, comma-separated (``0,100,500``): whole numbers, none repeated."""
-    return _comma_list(int, minimum=minimum, unique=True)
+    return comma_list(int, minimum=minimum, unique=True)
 
 
 def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_trials: int) -> None:
@@ -59,7 +59,7 @@ def _add_target_options(parser: argparse.ArgumentParser, model_help: str, max_tr
                              "transactions, or a JSON file in perf_analyzer's format (default random)")
     parser.add_argument("-b", "--batch-size", type=_rows_argument, default=1, dest="rows_per_request",
                         metavar="ROWS[,ROWS...]", help="rows per request (default 1), or a mix of sizes: 1,8,64")
-    parser.add_argument("--max-trials", "-r", type=_positive_int, default=max_trials, metavar="N",
+    parser.add_argument("--max-trials", "-r", type=positive_int, default=max_trials, metavar="N",
                         help=f"measurement windows per level at most, when the figures do not settle "
                              f"(default {max_trials})")
     _add_payload_options(parser)
@@ -80,13 +80,13 @@ def _add_payload_options(parser: argparse.ArgumentParser) -> None:
                        help="HTTP: ask for compressed answers (Accept-Encoding); the client decompresses them")
     group.add_argument("--grpc-compression-algorithm", choices=COMPRESSIONS, default="none",
                        help="gRPC: compress request messages")
-    group.add_argument("--batch-size-weights", type=_comma_list(float, minimum=0), default=None, metavar="W,...",
+    group.add_argument("--batch-size-weights", type=comma_list(float, minimum=0), default=None, metavar="W,...",
                        help="with -b S1,S2,...: the share of requests of each size (default equal)")
 
 
 def _rows_argument(text: str) -> int | list[int]:
     """``-b``: one number of rows per request, or a comma-separated mix of sizes (``1,8,64``)."""
-    values = _comma_list(int, minimum=1)(text)
+    values = comma_list(int, minimum=1)(text)
     return values[0] if len(values) == 1 else values
 
 
@@ -106,9 +106,9 @@ def _check_payload(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                      f"size(s) of -b")
 
 
-def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
+def add_perf_parser(commands: argparse._SubParsersAction) -> None:
     """``triton-nb perf``, with perf_analyzer's flag names."""
-    perf = _one_line_errors(commands.add_parser(
+    perf = one_line_errors(commands.add_parser(
         "perf", help="measure latency and throughput at each load level, as perf_analyzer does",
         description="Measure a served model at each concurrency or request rate, as perf_analyzer does: "
                     "throughput, p50/p90/p95/p99 and average latency, and the server's queue and compute time."))
@@ -120,11 +120,11 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
                       help="requests per second, e.g. 100:2000:100")
     perf.add_argument("--request-distribution", choices=("constant", "poisson"), default=None,
                       help="arrivals with --request-rate-range (default constant)")
-    perf.add_argument("--measurement-interval", "-p", type=_positive_int, default=5000, metavar="MS",
+    perf.add_argument("--measurement-interval", "-p", type=positive_int, default=5000, metavar="MS",
                       help="length of a measurement window in ms (default 5000)")
-    perf.add_argument("--measurement-request-count", type=_positive_int, default=None, metavar="N",
+    perf.add_argument("--measurement-request-count", type=positive_int, default=None, metavar="N",
                       help="end windows after N completed requests instead of after the interval")
-    perf.add_argument("--stability-percentage", "-s", type=_positive_float, default=10.0,
+    perf.add_argument("--stability-percentage", "-s", type=positive_float, default=10.0,
                       help="how close the last three windows must agree, in %% (default 10)")
     perf.add_argument("--percentile", type=int, choices=_PERCENTILES, default=None,
                       help="judge stability on this latency percentile instead of the average")
@@ -135,18 +135,18 @@ def _add_perf_parser(commands: argparse._SubParsersAction) -> None:
     perf.add_argument("--shared-memory", type=_shared_memory_kind, default="none", metavar="{none,system}",
                       help="system: inputs and outputs in system shared-memory regions registered with the server "
                            "(http or grpc, same host) instead of in the requests (default none)")
-    perf.add_argument("--output-shared-memory-size", type=_positive_int, default=102400, metavar="BYTES",
+    perf.add_argument("--output-shared-memory-size", type=positive_int, default=102400, metavar="BYTES",
                       help="with --shared-memory: bytes per row for an output whose size the config does not give "
                            "(BYTES or variable dims; default 102400)")
     sequences = perf.add_argument_group("sequence models", "perf_analyzer's sequence options, for stateful models "
                                         "(a model with sequence_batching gets sequences of 20 by default)")
-    sequences.add_argument("--sequence-length", type=_positive_int, default=None, metavar="N",
+    sequences.add_argument("--sequence-length", type=positive_int, default=None, metavar="N",
                            help="requests per sequence, about (default 20 for a sequence model)")
     sequences.add_argument("--sequence-length-variation", type=_percentage, default=20.0, metavar="PCT",
                            help="how far a sequence's length may be from --sequence-length, in %% (default 20)")
     sequences.add_argument("--sequence-id-range", default=None, metavar="START[:END]",
                            help="the sequence ids to use, END excluded, wrapping (default from 1, unbounded)")
-    sequences.add_argument("--num-of-sequences", type=_positive_int, default=4, metavar="N",
+    sequences.add_argument("--num-of-sequences", type=positive_int, default=4, metavar="N",
                            help="sequences active at once with --request-rate-range (default 4)")
     perf.set_defaults(check=lambda args: _check_perf(perf, args))
 
@@ -171,9 +171,9 @@ def _percentage(text: str) -> float:
     return value
 
 
-def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
+def add_tune_parser(commands: argparse._SubParsersAction) -> None:
     """``triton-nb tune``, with Model Analyzer's and perf_analyzer's flag names."""
-    tune = _one_line_errors(commands.add_parser(
+    tune = one_line_errors(commands.add_parser(
         "tune", help="search batching knobs under a latency budget, as Model Analyzer does",
         description="Try each candidate config (knob values applied live to the in-kernel server, or through "
                     "the repository load API of a remote server in explicit mode), measure it over the "
@@ -185,9 +185,9 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     _add_target_options(tune, "the model to send requests to (an ensemble, say)", max_trials=5)
     tune.add_argument("--tuned-model", default=None, metavar="NAME",
                       help="the model whose config is tuned (default: -m; for an ensemble, a composing model)")
-    tune.add_argument("--latency-budget-ms", "--latency-budget", type=_positive_float, required=True, metavar="MS",
+    tune.add_argument("--latency-budget-ms", "--latency-budget", type=positive_float, required=True, metavar="MS",
                       help="the most a config's latency (at --percentile) may be")
-    tune.add_argument("--min-throughput", type=_positive_float, default=None, metavar="INFER/S")
+    tune.add_argument("--min-throughput", type=positive_float, default=None, metavar="INFER/S")
     tune.add_argument("--search", "--run-config-search-mode", choices=("brute", "quick"), default="brute",
                       help="brute: every combination (default); quick: hill climbing from the first values")
     tune.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
@@ -202,7 +202,7 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--concurrency-range", type=_load_range(whole=True), default=list(range(1, 33)),
                       metavar="START[:END[:STEP]]",
                       help="the load levels of each config's sweep (default 1:32:1, as perf.tune's)")
-    tune.add_argument("--measurement-interval", "-p", type=_positive_int, default=2000, metavar="MS",
+    tune.add_argument("--measurement-interval", "-p", type=positive_int, default=2000, metavar="MS",
                       help="length of a measurement window in ms (default 2000)")
     tune.add_argument("--write-config", action="store_true",
                       help="write the recommended config to DIR/<tuned model>/config.pbtxt (--model-repository only)")
@@ -217,9 +217,9 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
                              "the sweep starts, and left with its original config. 'start': start the "
                              "nvidia-pytriton wheel's tritonserver over the Python twin of --model-repository "
                              "for the replay, and stop it after")
-    replay.add_argument("--replay-top", type=_positive_int, default=3, metavar="N",
+    replay.add_argument("--replay-top", type=positive_int, default=3, metavar="N",
                         help="how many of the sweep's best configs to replay, the recommended one always (default 3)")
-    replay.add_argument("--replay-rounds", type=_positive_int, default=2, metavar="N",
+    replay.add_argument("--replay-rounds", type=positive_int, default=2, metavar="N",
                         help="measure each config N times, the order reversed every other round (default 2)")
     tune.set_defaults(check=lambda args: _check_tune(tune, args))
 
@@ -275,7 +275,7 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
 
             # /invocations serves the model measured, as the container would with this variable
             sagemaker = {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": args.model} if args.protocol == "sagemaker" else {}
-            with _environment(sagemaker):
+            with environment_set(sagemaker):
                 server = serve(args.model_repository, model_control_mode="explicit", load_models="*",
                                http_port=0 if args.protocol == "http" else None,
                                grpc_port=0 if args.protocol == "grpc" else None,
@@ -294,13 +294,13 @@ def _perf_target(args: argparse.Namespace) -> Iterator[Any]:
             server.stop()
 
 
-def _perf(args: argparse.Namespace) -> int:
+def perf_command(args: argparse.Namespace) -> int:
     from triton_nb.perf.commands import run_perf  # the perf modules load pandas: only for this command
 
     return run_perf(args, _perf_target)
 
 
-def _tune(args: argparse.Namespace) -> int:
+def tune_command(args: argparse.Namespace) -> int:
     from triton_nb.perf.commands import run_tune
 
     knobs = {name: ([(value,) for value in values] if name == "preferred_batch_size" else values)

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.cli._args import (
-    _flag,
-    _integer,
-    _number,
-    _one_line_errors,
-    _port,
-    _positive_float,
-    _positive_int,
-    _verbosity,
-    _whole,
+    any_float,
+    any_int,
+    one_line_errors,
+    port_number,
+    positive_float,
+    positive_int,
+    true_or_false,
+    verbosity_level,
+    whole_number,
 )
 from triton_nb.errors import ModelLoadFailedError, TritonNBError
 
@@ -64,49 +64,49 @@ _NO_TRACING = "request tracing is not implemented here"
 # given is accepted, and said, in one line at start, to have no effect (_serve_no_effect_lines).
 _INERT_SERVE_FLAGS: dict[str, tuple[Callable[[str], Any], bool, str]] = {
     "--model-config-name": (str, False, "only a model's config.pbtxt is read here, not configs/<name>.pbtxt"),
-    "--model-namespacing": (_flag, False, "one model repository is served, so no two models share a name"),
-    "--enable-peer-access": (_flag, False, _NO_GPU),
-    "--reuse-http-port": (_flag, False, "each server binds its HTTP port alone"),
+    "--model-namespacing": (true_or_false, False, "one model repository is served, so no two models share a name"),
+    "--enable-peer-access": (true_or_false, False, _NO_GPU),
+    "--reuse-http-port": (true_or_false, False, "each server binds its HTTP port alone"),
     "--http-header-forward-pattern": (str, False, "HTTP headers are not forwarded to models as request parameters"),
-    "--http-thread-count": (_positive_int, False, "HTTP is served by one event loop, not a pool of threads"),
-    "--reuse-grpc-port": (_flag, False, "each server binds its gRPC port alone"),
+    "--http-thread-count": (positive_int, False, "HTTP is served by one event loop, not a pool of threads"),
+    "--reuse-grpc-port": (true_or_false, False, "each server binds its gRPC port alone"),
     "--grpc-header-forward-pattern": (str, False, "gRPC metadata is not forwarded to models as request parameters"),
-    "--grpc-infer-allocation-pool-size": (_whole, False, "request and response objects are not pooled here"),
+    "--grpc-infer-allocation-pool-size": (whole_number, False, "request and response objects are not pooled here"),
     "--grpc-server-cert": (str, False, _NO_SSL),
     "--grpc-server-key": (str, False, _NO_SSL),
     "--grpc-root-cert": (str, False, _NO_SSL),
     "--grpc-infer-response-compression-level": (str, False, "gRPC responses are sent uncompressed here"),
-    "--grpc-keepalive-time": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-keepalive-timeout": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-keepalive-permit-without-calls": (_flag, False, _GRPC_TRANSPORT),
-    "--grpc-http2-max-pings-without-data": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-http2-min-recv-ping-interval-without-data": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-http2-max-ping-strikes": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-max-connection-age": (_integer, False, _GRPC_TRANSPORT),
-    "--grpc-max-connection-age-grace": (_integer, False, _GRPC_TRANSPORT),
+    "--grpc-keepalive-time": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-keepalive-timeout": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-keepalive-permit-without-calls": (true_or_false, False, _GRPC_TRANSPORT),
+    "--grpc-http2-max-pings-without-data": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-http2-min-recv-ping-interval-without-data": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-http2-max-ping-strikes": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-max-connection-age": (any_int, False, _GRPC_TRANSPORT),
+    "--grpc-max-connection-age-grace": (any_int, False, _GRPC_TRANSPORT),
     "--sagemaker-safe-port-range": (str, False, "no port range is reserved for SageMaker's front end here"),
-    "--sagemaker-thread-count": (_positive_int, False, "the SageMaker routes are served by one event loop, "
+    "--sagemaker-thread-count": (positive_int, False, "the SageMaker routes are served by one event loop, "
                                                       "not a pool of threads"),
-    "--vertex-ai-port": (_port, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
-    "--vertex-ai-thread-count": (_positive_int, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--vertex-ai-port": (port_number, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
+    "--vertex-ai-thread-count": (positive_int, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
     "--vertex-ai-default-model": (str, False, f"Vertex AI mode {_NOT_AVAILABLE}"),
-    "--allow-gpu-metrics": (_flag, False, "no GPU metrics (nv_gpu_*) are collected here"),
-    "--metrics-interval-ms": (_number, False, "metrics are read when /metrics is scraped, not on an interval"),
+    "--allow-gpu-metrics": (true_or_false, False, "no GPU metrics (nv_gpu_*) are collected here"),
+    "--metrics-interval-ms": (any_float, False, "metrics are read when /metrics is scraped, not on an interval"),
     "--trace-config": (str, True, _NO_TRACING),
     "--repoagent-directory": (str, False, "repository agents are not supported here"),
     "--cache-directory": (str, False, "the local response cache is built in; no cache library is loaded"),
-    "--pinned-memory-pool-byte-size": (_whole, False, _NO_GPU),
+    "--pinned-memory-pool-byte-size": (whole_number, False, _NO_GPU),
     "--cuda-memory-pool-byte-size": (str, True, _NO_GPU),
     "--cuda-virtual-address-size": (str, True, _NO_GPU),
-    "--min-supported-compute-capability": (_number, False, _NO_GPU),
-    "--buffer-manager-thread-count": (_whole, False, "tensors are copied on the thread that handles the request"),
+    "--min-supported-compute-capability": (any_float, False, _NO_GPU),
+    "--buffer-manager-thread-count": (whole_number, False, "tensors are copied on the thread that handles the request"),
     "--host-policy": (str, True, "host policies (NUMA node, CPU cores) are not applied here"),
     "--model-load-gpu-limit": (str, True, _NO_GPU),
     "--trace-file": (str, False, _NO_TRACING),
     "--trace-level": (str, True, _NO_TRACING),
-    "--trace-rate": (_integer, False, _NO_TRACING),
-    "--trace-count": (_integer, False, _NO_TRACING),
-    "--trace-log-frequency": (_integer, False, _NO_TRACING),
+    "--trace-rate": (any_int, False, _NO_TRACING),
+    "--trace-count": (any_int, False, _NO_TRACING),
+    "--trace-log-frequency": (any_int, False, _NO_TRACING),
 }
 
 
@@ -123,7 +123,7 @@ def _inert_dest(flag: str) -> str:
     return "inert_" + flag[2:].replace("-", "_")
 
 
-def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     """``triton-nb serve``, with tritonserver's flags and spellings, grouped as tritonserver's --help
     groups them: a flag per server setting that has one (:class:`triton_nb.ServerSettings` declares
     it), the command's own, and tritonserver's flags that have no effect here."""
@@ -132,9 +132,9 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     from triton_nb.server.settings import ServerSettings
 
     # how a flag's text reads: by the field's "parse" where it has one, else by the field's type
-    readers = {"port": _port, "count": _positive_int, "whole": _whole, "positive": _positive_float,
-               "verbosity": _verbosity, "bool": _flag, "float": float, "Path": Path}
-    serve = _one_line_errors(commands.add_parser(
+    readers = {"port": port_number, "count": positive_int, "whole": whole_number, "positive": positive_float,
+               "verbosity": verbosity_level, "bool": true_or_false, "float": float, "Path": Path}
+    serve = one_line_errors(commands.add_parser(
         "serve", help="serve a model repository over HTTP, gRPC and metrics",
         description="Serve a model repository as tritonserver does. Every tritonserver flag is taken, in its "
                     "spellings (--flag=value or --flag value); a flag that has no effect here says so in one "
@@ -165,26 +165,26 @@ def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
             options["default"] = meta.get("cli_default", field.default)
         options["metavar"] = meta.get("metavar", "BOOL" if kind == "bool" else None)
         group.add_argument(meta["flag"], *meta.get("aliases", ()), **options)
-    repository.add_argument("--strict-model-config", type=_flag, default=None, metavar="BOOL",
+    repository.add_argument("--strict-model-config", type=true_or_false, default=None, metavar="BOOL",
                             help="deprecated in tritonserver: true is --disable-auto-complete-config")
     for endpoint, title in (("http", "HTTP"), ("grpc", "gRPC"), ("metrics", "Metrics")):
-        groups[title].add_argument(f"--allow-{endpoint}", type=_flag, default=True, metavar="BOOL",
+        groups[title].add_argument(f"--allow-{endpoint}", type=true_or_false, default=True, metavar="BOOL",
                                    help=f"listen for {title} (default true)")
     cache = groups["Response cache"]
     cache.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
                        help="Triton's response cache: local,size=BYTES (the local cache only; repeatable, one "
                             "setting each); models use it with response_cache { enable: true }")
-    cache.add_argument("--response-cache-byte-size", type=_whole, default=None, metavar="BYTES",
+    cache.add_argument("--response-cache-byte-size", type=whole_number, default=None, metavar="BYTES",
                        help="deprecated in tritonserver: --cache-config local,size=BYTES")
     for flag, (group_title, why) in _REFUSED_WHEN_TRUE.items():
-        groups[group_title].add_argument(flag, type=_flag, default=False, metavar="BOOL",
+        groups[group_title].add_argument(flag, type=true_or_false, default=False, metavar="BOOL",
                                          help=f"false only: {why}")
     for flag, (reader, repeat, why) in _INERT_SERVE_FLAGS.items():
         group = groups["SageMaker and Vertex AI" if flag.startswith(("--sagemaker", "--vertex")) else
                        "Accepted, no effect here"]
         # absent unless given (SUPPRESS), so that only a given flag is reported
         group.add_argument(flag, type=reader, action="append" if repeat else "store", default=argparse.SUPPRESS,
-                           dest=_inert_dest(flag), metavar="BOOL" if reader is _flag else "VALUE",
+                           dest=_inert_dest(flag), metavar="BOOL" if reader is true_or_false else "VALUE",
                            help=f"no effect: {why}".replace("%", "%%"))
 
 
@@ -241,7 +241,7 @@ def _serve_no_effect_lines(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def _serve(args: argparse.Namespace) -> int:
+def serve_command(args: argparse.Namespace) -> int:
     import logging
     import signal
     import threading
@@ -319,7 +319,7 @@ _SAGEMAKER_FLAG_VARIABLES = {
 }
 
 
-def _sagemaker_start(argv: list[str], environ: MutableMapping[str, str]) -> list[str]:
+def sagemaker_start(argv: list[str], environ: MutableMapping[str, str]) -> list[str]:
     """``triton-nb serve --allow-sagemaker=true`` started as SageMaker's container starts tritonserver:
     the flags its start script makes of the ``SAGEMAKER_*`` variables go first, so a flag given on
     the command line wins; the default model (the only model folder, when none is named) and the
@@ -361,7 +361,7 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
     return value
 
 
-def _serve_archive(argv: list[str], multi_model: bool) -> list[str]:
+def serve_archive(argv: list[str], multi_model: bool) -> list[str]:
     """A ``--model-repository`` that names a ``model.tar.gz`` (``package_for_sagemaker``'s): unpacked
     into a temporary folder that is served, as SageMaker unpacks it into the container's model
     repository; in multi-model mode its folder is served instead, the archive being a target model

@@ -7,21 +7,21 @@ import re
 import time
 from pathlib import Path
 
-from triton_nb.cli._args import _fraction, _one_line_errors, _positive_float, _positive_int
+from triton_nb.cli._args import fraction_0_1, one_line_errors, positive_float, positive_int
 
 DEMO_ROWS = 200_000
 
 
-def _add_training_options(
+def add_training_options(
     parser: argparse.ArgumentParser, default_rows: int, default_rounds: int | None = None
 ) -> None:
-    parser.add_argument("--rows", type=_positive_int, default=default_rows, metavar="N",
+    parser.add_argument("--rows", type=positive_int, default=default_rows, metavar="N",
                         help=f"rows to generate, or to read from --csv (default {default_rows:,})")
     parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
                         help="train on a real TabFormer CSV (card_transaction.v1.csv) instead of synthetic data")
-    parser.add_argument("--rounds", type=_positive_int, default=default_rounds, metavar="N",
+    parser.add_argument("--rounds", type=positive_int, default=default_rounds, metavar="N",
                         help="maximum boosting rounds (early stopping may end sooner)")
-    parser.add_argument("--fraud-rate", type=_fraction, default=0.02, metavar="RATE",
+    parser.add_argument("--fraud-rate", type=fraction_0_1, default=0.02, metavar="RATE",
                         help="share of fraudulent transactions generated, 0..1 (default 0.02)")
     parser.add_argument("--seed", type=int, default=0, metavar="N",
                         help="random seed for data, split and training (default 0)")
@@ -38,7 +38,7 @@ def _device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
 
 
-def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--device cuda`` where XGBoost cannot train on a GPU: one line now, not after the data is made."""
     if args.device.startswith("cuda"):
         from triton_nb._optional import xgboost_cuda_available  # imports XGBoost: only when a GPU is asked for
@@ -48,35 +48,35 @@ def _check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                          f"has no CUDA support); use --device auto or --device cpu")
 
 
-def _add_training_parsers(commands: argparse._SubParsersAction) -> None:
+def add_training_parsers(commands: argparse._SubParsersAction) -> None:
     """``triton-nb demo``, ``generate`` and ``train``."""
-    demo = _one_line_errors(commands.add_parser("demo", help="run the whole worked example headless"))
+    demo = one_line_errors(commands.add_parser("demo", help="run the whole worked example headless"))
     demo.add_argument("--out", type=Path, default=Path("triton-nb-demo"), metavar="DIR",
                       help="output folder (report in report/; default triton-nb-demo)")
-    _add_training_options(demo, DEMO_ROWS)
-    demo.add_argument("--measurement-interval", "-p", type=_positive_int, default=600, metavar="MS",
+    add_training_options(demo, DEMO_ROWS)
+    demo.add_argument("--measurement-interval", "-p", type=positive_int, default=600, metavar="MS",
                       help="measurement window of the batching sweep (default 600 ms)")
-    demo.add_argument("--latency-budget-ms", type=_positive_float, default=10.0, metavar="MS",
+    demo.add_argument("--latency-budget-ms", type=positive_float, default=10.0, metavar="MS",
                       help="p99 budget of the sweep (default 10)")
-    demo.set_defaults(check=lambda args: _check_device(demo, args))
+    demo.set_defaults(check=lambda args: check_device(demo, args))
 
-    generate = _one_line_errors(commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV"))
-    generate.add_argument("--rows", type=_positive_int, required=True, metavar="N",
+    generate = one_line_errors(commands.add_parser("generate", help="write synthetic TabFormer transactions as CSV"))
+    generate.add_argument("--rows", type=positive_int, required=True, metavar="N",
                           help="how many transactions to write")
     generate.add_argument("--out", type=Path, required=True, metavar="FILE", help="CSV file to write")
-    generate.add_argument("--fraud-rate", type=_fraction, default=0.02, metavar="RATE",
+    generate.add_argument("--fraud-rate", type=fraction_0_1, default=0.02, metavar="RATE",
                           help="share of fraudulent transactions, 0..1 (default 0.02)")
     generate.add_argument("--seed", type=int, default=0, metavar="N",
                           help="random seed: the same seed writes the same rows (default 0)")
 
-    train = _one_line_errors(commands.add_parser("train", help="train the fraud model and save it"))
+    train = one_line_errors(commands.add_parser("train", help="train the fraud model and save it"))
     train.add_argument("--out", type=Path, required=True, metavar="DIR",
                        help="folder for xgboost.json/.ubj, label_encoders.pkl/.json and metrics.json")
-    _add_training_options(train, DEMO_ROWS)
-    train.set_defaults(check=lambda args: _check_device(train, args))
+    add_training_options(train, DEMO_ROWS)
+    train.set_defaults(check=lambda args: check_device(train, args))
 
 
-def _load_frame(args: argparse.Namespace):
+def load_frame(args: argparse.Namespace):
     from triton_nb import fraud
 
     if args.csv is not None:
@@ -86,10 +86,10 @@ def _load_frame(args: argparse.Namespace):
     return fraud.generate_transactions(args.rows, seed=args.seed, fraud_rate=args.fraud_rate)
 
 
-def _train(args: argparse.Namespace, out: Path) -> None:
+def train_command(args: argparse.Namespace, out: Path) -> None:
     from triton_nb import fraud
 
-    frame = _load_frame(args)
+    frame = load_frame(args)
     started = time.perf_counter()
     options = {} if args.rounds is None else {"num_boost_round": args.rounds}
     model = fraud.train_fraud_model(frame, device=args.device, seed=args.seed, **options)
@@ -104,7 +104,7 @@ def _train(args: argparse.Namespace, out: Path) -> None:
         print(f"  wrote {paths[name]}")
 
 
-def _demo(args: argparse.Namespace) -> None:
+def demo_command(args: argparse.Namespace) -> None:
     from triton_nb.demo import DemoSettings, run_demo
 
     print(f"triton-nb demo -> {args.out}/")
@@ -114,7 +114,7 @@ def _demo(args: argparse.Namespace) -> None:
                           latency_budget_ms=args.latency_budget_ms))
 
 
-def _generate(args: argparse.Namespace) -> None:
+def generate_command(args: argparse.Namespace) -> None:
     from triton_nb import fraud
 
     frame = fraud.generate_transactions(args.rows, seed=args.seed, fraud_rate=args.fraud_rate)

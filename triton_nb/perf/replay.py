@@ -29,13 +29,13 @@ import pandas as pd
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError
 from triton_nb.perf.tune import (
+    KnobApplier,
     TuneResult,
-    _Applier,
-    _missing,
-    _plain,
-    _result,
     config_label,
+    knob_missing,
+    plain_value,
     sweep_config,
+    tune_result_of,
 )
 from triton_nb.transport import Transport, connect
 
@@ -155,7 +155,7 @@ def replay(
 
         bar = tqdm(total=rounds * len(configs), desc=f"replaying on {where}", unit="config")
     try:
-        appliers = [_Applier(transport, name) for name in settings.tuned_models]
+        appliers = [KnobApplier(transport, name) for name in settings.tuned_models]
         try:
             levels: dict[str, list[int]] = {}
             for round_number in range(1, rounds + 1):
@@ -187,7 +187,7 @@ def replay(
     for name in settings.knob_names:
         if name not in measurements:
             measurements[name] = None
-    triton = _result(mean_over_rounds(measurements), settings, appliers[0].original, interrupted)
+    triton = tune_result_of(mean_over_rounds(measurements), settings, appliers[0].original, interrupted)
     comparison = compare_rankings(result.ranking, triton.ranking, [label for label, _ in configs],
                                   settings.latency_column, config_label(result.recommended))
     notes = [f"on real Triton: {note}" for note in triton.notes]
@@ -233,7 +233,7 @@ def replayed_configs(ranking: pd.DataFrame, knob_names: Sequence[str], recommend
     """(label, knob values) of a sweep ranking's ``top`` configs that met the constraints, in its
     order, and the ``recommended`` knob values (the first of them when they rank first)."""
     feasible = ranking[ranking["feasible"].astype(bool)].head(top)
-    configs = [(str(row["config"]), {n: _plain(row[n]) for n in knob_names if not _missing(row[n])})
+    configs = [(str(row["config"]), {n: plain_value(row[n]) for n in knob_names if not knob_missing(row[n])})
                for _, row in feasible.iterrows()]
     label = config_label(recommended)
     if label not in [known for known, _ in configs]:
@@ -259,7 +259,7 @@ def connect_checked(url: str | Transport, protocol: str, models: Sequence[str]) 
     return transport
 
 
-def _restore(appliers: list[_Applier]) -> None:
+def _restore(appliers: list[KnobApplier]) -> None:
     """Load each tuned model's original config back, the last changed first; every one is tried
     even when one fails (a model the server then lacks would fail again), and the first failure
     is raised after."""

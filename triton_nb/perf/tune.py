@@ -253,7 +253,7 @@ class TuneResult:
         return save_config(config_from_json(config, source="recommended config"), target)
 
 
-class _Applier:
+class KnobApplier:
     """Applies knob values to the tuned model and puts the original back.
 
     On an in-kernel server (``transport.service``, whichever protocol the measurements use) the
@@ -401,7 +401,7 @@ def tune(
     tuned = [tuned_model or model] if tuned_model is None or isinstance(tuned_model, str) else list(tuned_model)
     if not tuned:
         raise InvalidArgumentError("tuned_model: name at least one model")
-    appliers = [_Applier(resolved, name) for name in tuned]
+    appliers = [KnobApplier(resolved, name) for name in tuned]
     if no_batching_baseline:
         unbatched = [a.model for a in appliers if a.original.get("max_batch_size", 0) <= 0]
         if unbatched:
@@ -474,18 +474,18 @@ def tune(
             applier.restore()
         if resolved is not target:  # made here, so closed here
             resolved.close()
-    result = _result(points, settings, appliers[0].original, interrupted)
+    result = tune_result_of(points, settings, appliers[0].original, interrupted)
     if write_config is not None and result.recommended_config is not None:
         result.write_config(write_config)
     return result
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """numpy scalars as Python values (they go into JSON configs and user-facing dicts)."""
     return value.item() if hasattr(value, "item") else value
 
 
-def _missing(value: Any) -> bool:
+def knob_missing(value: Any) -> bool:
     """A knob a config did not set: the baseline sets only ``dynamic_batching``, the others not it."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -499,7 +499,7 @@ def _feasible(frame: pd.DataFrame, settings: SweepSettings) -> pd.Series:
     return ok
 
 
-def _result(points: list[dict[str, Any]] | pd.DataFrame, settings: SweepSettings, original: dict[str, Any],
+def tune_result_of(points: list[dict[str, Any]] | pd.DataFrame, settings: SweepSettings, original: dict[str, Any],
             interrupted: bool) -> TuneResult:
     """Rank the configs of measured ``points`` (one row per config and load level) by the best of
     their points that meet the constraints, and recommend the first."""
@@ -528,7 +528,7 @@ def _result(points: list[dict[str, Any]] | pd.DataFrame, settings: SweepSettings
     recommended_config = None
     notes = []
     if ranking.iloc[0]["feasible"]:
-        recommended = {n: _plain(ranking.iloc[0][n]) for n in names if not _missing(ranking.iloc[0][n])}
+        recommended = {n: plain_value(ranking.iloc[0][n]) for n in names if not knob_missing(ranking.iloc[0][n])}
         recommended_config = config_with_knobs(original, recommended)
     else:
         notes.append("no config met the constraints")

@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository.config import CONFIG_FILENAME, ModelConfig, Problem
-from triton_nb.repository.warmup import _dtype, decode_bytes_elements
+from triton_nb.repository.warmup import decode_bytes_elements, numpy_dtype_of
 
 __all__ = ["INITIAL_STATE_FOLDER", "StateSpec", "check_sequence_state", "state_specs"]
 
@@ -67,7 +67,7 @@ def state_specs(config: ModelConfig, model_path: str | os.PathLike[str]) -> tupl
         if state.data_type == mc.TYPE_INVALID:
             raise InvalidArgumentError(f"sequence batching state '{state.input_name}' of model '{config.name}' "
                                        "needs a data_type")
-        dtype = _dtype(state.data_type)
+        dtype = numpy_dtype_of(state.data_type)
         if len(state.initial_state) > 1:
             raise InvalidArgumentError(f"initial_state field for state input '{state.input_name}' must contain "
                                        f"exactly one or zero element. Found '{len(state.initial_state)}' elements.")

@@ -109,7 +109,7 @@ def decode_bytes_elements(data: bytes) -> list[bytes]:
 # --------------------------------------------------------------------------- building samples
 
 
-def _dtype(data_type: int) -> np.dtype:
+def numpy_dtype_of(data_type: int) -> np.dtype:
     name = mc.DataType.Name(data_type).removeprefix("TYPE_")
     numpy_type = triton_to_np_dtype("BYTES" if name == "STRING" else name)
     if numpy_type is None:
@@ -134,7 +134,7 @@ def _input_array(model: str, model_path: Path, sample: str, tensor: str, spec: m
                                    f"are specified for input '{tensor}'")
     if spec.data_type == mc.TYPE_INVALID:
         raise InvalidArgumentError(f"warmup sample '{sample}': input '{tensor}' needs a data_type")
-    dtype = _dtype(spec.data_type)
+    dtype = numpy_dtype_of(spec.data_type)
     count = math.prod(dims)
     kind = spec.WhichOneof("input_data_type")
     if kind is None:  # Triton's words
@@ -300,7 +300,7 @@ def add_file_sample(config: ModelConfig, model_path: str | os.PathLike[str], nam
     folder.mkdir(parents=True, exist_ok=True)
     sample = config.model_warmup.add(name=name, batch_size=1)
     for tensor in config.input:
-        dtype = np.dtype(object) if tensor.data_type == _STRING else _dtype(tensor.data_type)
+        dtype = np.dtype(object) if tensor.data_type == _STRING else numpy_dtype_of(tensor.data_type)
         array = np.asarray(values[tensor.name], dtype=dtype)
         if tensor.data_type == _STRING:
             data = encode_bytes_elements(array)

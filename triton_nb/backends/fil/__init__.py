@@ -30,7 +30,7 @@ band, a band running from the geometric mean of its size and the next smaller on
 the next larger one. The compiled engine takes part twice, single-threaded and with
 ``cpu_nthread`` threads. The same pass checks that every engine agrees with the reference
 (``inplace_predict``, LightGBM's ``predict``, else GTIL) to 1e-5 and drops one that does not.
-While serving, :class:`.calibration._Selector` keeps timing the batches and now and then re-measures the other
+While serving, :class:`.calibration.Selector` keeps timing the batches and now and then re-measures the other
 engines on a live batch (~2% of the time at most), so the choice follows a machine that gets
 busier or quieter.
 

@@ -29,23 +29,23 @@ from triton_nb._deprecation import no_unknown, renamed
 from triton_nb._optional import optional_module, xgboost_cuda_available
 from triton_nb.backends.base import Backend, ModelContext
 from triton_nb.backends.fil.calibration import (
-    _BAND_EDGES,
-    _CALIBRATION_SIZES,
-    _calibration_data,
-    _Selector,
-    _time_candidates,
+    BAND_EDGES,
+    CALIBRATION_SIZES,
+    Selector,
+    calibration_data,
+    time_candidates,
 )
-from triton_nb.backends.fil.common import _Cancelled, _log_once, log
-from triton_nb.backends.fil.compiled import _Builder, _CompiledLibrary
+from triton_nb.backends.fil.common import Cancelled, log, log_once
+from triton_nb.backends.fil.compiled import Builder, CompiledLibrary
 from triton_nb.backends.fil.engines import (
-    _as_rows,
-    _Candidate,
-    _gtil_candidate,
-    _lightgbm_candidate,
-    _xgboost_candidate,
-    _xgboost_direct_candidate,
+    Candidate,
+    as_rows,
+    gtil_candidate,
+    lightgbm_candidate,
+    xgboost_candidate,
+    xgboost_direct_candidate,
 )
-from triton_nb.backends.fil.loading import _load_model
+from triton_nb.backends.fil.loading import load_tree_model
 from triton_nb.errors import InvalidArgumentError, MissingDependencyError, UnavailableError
 from triton_nb.repository.config import fil_parameters
 from triton_nb.repository.fil_semantics import FilSettings, answer_row_dims, fil_output
@@ -131,7 +131,7 @@ class FilBackend(Backend):
         if _OUTPUT not in self._outputs:
             raise InvalidArgumentError(f"{self._where}: a FIL model must declare the output '{_OUTPUT}'")
         self._proba_width = 2 if int(np.prod(self._outputs[_OUTPUT])) == 2 else 1
-        self.model = _load_model(context, self.settings.model_type, parameters)
+        self.model = load_tree_model(context, self.settings.model_type, parameters)
         self._check_input()
 
         self.compile_state = "disabled"
@@ -140,10 +140,10 @@ class FilBackend(Backend):
         self._stop = threading.Event()
         self._compile_done = threading.Event()
         self._thread: threading.Thread | None = None
-        self._builder: _Builder | None = None
-        self._data = _calibration_data(self.model.treelite, self.model.num_feature)
-        self._candidates: list[_Candidate] = []
-        self._selector = _Selector([])
+        self._builder: Builder | None = None
+        self._data = calibration_data(self.model.treelite, self.model.num_feature)
+        self._candidates: list[Candidate] = []
+        self._selector = Selector([])
         self._shap: Callable[[np.ndarray], np.ndarray] | None = None
         try:
             if context.instance_kind == "KIND_GPU":
@@ -197,19 +197,19 @@ class FilBackend(Backend):
     def _init_cpu(self, engine: str | None, compile: bool) -> None:
         model = self.model
         if model.xgboost is not None:
-            reference = _xgboost_candidate(model.xgboost, self.threads)
+            reference = xgboost_candidate(model.xgboost, self.threads)
         elif model.lightgbm is not None:
-            reference = _lightgbm_candidate(model.lightgbm, self.threads)
+            reference = lightgbm_candidate(model.lightgbm, self.threads)
         else:
-            reference = _gtil_candidate(model.treelite, self.threads)
+            reference = gtil_candidate(model.treelite, self.threads)
         self._expected = reference.predict(self._data[:_AGREEMENT_ROWS])
         if model.xgboost is not None:
-            direct = _xgboost_direct_candidate(model.xgboost, self.threads)
+            direct = xgboost_direct_candidate(model.xgboost, self.threads)
             if direct is not None and self._agrees(direct):
                 reference = direct
         candidates = [reference]
         if reference.engine != "gtil":
-            gtil = _gtil_candidate(model.treelite, self.threads)
+            gtil = gtil_candidate(model.treelite, self.threads)
             if engine == "gtil" or self._agrees(gtil):
                 candidates.append(gtil)
 
@@ -227,10 +227,10 @@ class FilBackend(Backend):
             self._force_compiled()
             return
         if compile:
-            builder = self._builder = _Builder(model, self.threads, self._where)
+            builder = self._builder = Builder(model, self.threads, self._where)
             if not builder.available:
                 self.compile_state = "unavailable"
-                _log_once(f"unavailable:{builder.reason}", logging.WARNING,
+                log_once(f"unavailable:{builder.reason}", logging.WARNING,
                           "FIL models are served without compiled trees: %s", builder.reason)
             else:
                 cached = builder.cached()
@@ -246,7 +246,7 @@ class FilBackend(Backend):
         self._set_candidates(self._candidates, calibrate=True)
 
     def _force_compiled(self) -> None:
-        builder = self._builder = _Builder(self.model, self.threads, self._where)
+        builder = self._builder = Builder(self.model, self.threads, self._where)
         if not builder.available:
             raise UnavailableError(f"{self._where}: the tl2cgen engine is unavailable: {builder.reason}")
         from_cache = builder.cached() is not None
@@ -260,14 +260,14 @@ class FilBackend(Backend):
         compiled = [c for c in self._candidates if c.engine == "tl2cgen"]
         # No calibration for a forced engine: one thread below 64 rows, all threads from there.
         self._candidates = compiled
-        fixed = [0 if size < 64 else len(compiled) - 1 for size in _CALIBRATION_SIZES]
-        self._selector = _Selector(compiled, fixed=fixed)
+        fixed = [0 if size < 64 else len(compiled) - 1 for size in CALIBRATION_SIZES]
+        self._selector = Selector(compiled, fixed=fixed)
 
     def _adopt(self, path: Path, *, from_cache: bool) -> str:
         """Load a compiled library and add it to the candidates if it agrees with the reference.
         Returns "ok", "unloadable" (the file was removed) or "disagrees"."""
         try:
-            library = _CompiledLibrary(path)
+            library = CompiledLibrary(path)
         except (OSError, AttributeError, RuntimeError) as exc:
             # A damaged or foreign file: drop it so that a fresh one is built.
             log.warning("%s: ignoring compiled library %s: %s", self._where, path, exc)
@@ -284,26 +284,26 @@ class FilBackend(Backend):
         self.compile_state = "ready"
         return "ok"
 
-    def _agrees(self, candidate: _Candidate) -> bool:
+    def _agrees(self, candidate: Candidate) -> bool:
         got = candidate.predict(self._data[:_AGREEMENT_ROWS])
         expected = self._expected
         if got.shape == expected.shape and np.allclose(got, expected, rtol=_RTOL, atol=_ATOL, equal_nan=True):
             return True
-        _log_once(f"disagree:{self.model.file_hash}:{candidate.engine}", logging.WARNING,
+        log_once(f"disagree:{self.model.file_hash}:{candidate.engine}", logging.WARNING,
                   "%s: engine '%s' disagrees with the reference predictions; not using it",
                   self._where, candidate.engine)
         return False
 
-    def _set_candidates(self, candidates: list[_Candidate], *, calibrate: bool,
+    def _set_candidates(self, candidates: list[Candidate], *, calibrate: bool,
                         stop: threading.Event | None = None) -> None:
         if not calibrate or len(candidates) == 1:
             timings: dict[str, dict[int, float]] = {}
-            selector = _Selector(candidates[:1])
+            selector = Selector(candidates[:1])
         else:
-            timings = _time_candidates(candidates, self._data, stop)
-            selector = _Selector(candidates, timings)
+            timings = time_candidates(candidates, self._data, stop)
+            selector = Selector(candidates, timings)
             log.debug("%s: engines by batch size: %s", self._where,
-                      {size: selector.best(band).label for band, size in enumerate(_CALIBRATION_SIZES)})
+                      {size: selector.best(band).label for band, size in enumerate(CALIBRATION_SIZES)})
         self._candidates = candidates
         self.timings = timings
         self._selector = selector  # one assignment: execute() sees the old selector or the new one
@@ -314,7 +314,7 @@ class FilBackend(Backend):
         try:
             path = builder.build()
             if self._stop.is_set():
-                raise _Cancelled()
+                raise Cancelled()
             before = self._candidates
             outcome = self._adopt(path, from_cache=False)
             if outcome == "ok":
@@ -324,11 +324,11 @@ class FilBackend(Backend):
             else:
                 self._candidates = before
                 self.compile_state = "failed"
-        except _Cancelled:
+        except Cancelled:
             self.compile_state = "cancelled"
         except Exception as exc:  # the other engines keep serving
             self.compile_state = "failed"
-            _log_once(f"compile-failed:{builder.key}", logging.WARNING,
+            log_once(f"compile-failed:{builder.key}", logging.WARNING,
                       "%s: compiling with tl2cgen failed, serving with the other engines: %s", self._where, exc)
         finally:
             self._compile_done.set()
@@ -343,9 +343,9 @@ class FilBackend(Backend):
             def predict(x: np.ndarray) -> np.ndarray:
                 with warnings.catch_warnings():  # host data for a CUDA booster: XGBoost copies it, and says so
                     warnings.simplefilter("ignore")
-                    return _as_rows(booster.inplace_predict(x, validate_features=False), x.shape[0])
+                    return as_rows(booster.inplace_predict(x, validate_features=False), x.shape[0])
 
-            candidate = _Candidate("xgboost", 0, predict)
+            candidate = Candidate("xgboost", 0, predict)
         elif (cuml := optional_module("cuml")) is not None:  # pragma: no cover - needs a GPU
             if self.settings.treeshap_output:
                 raise UnavailableError(
@@ -360,7 +360,7 @@ class FilBackend(Backend):
             )
         self._set_candidates([candidate], calibrate=False)
 
-    def _cuml_candidate(self, cuml: Any, device: int) -> _Candidate:  # pragma: no cover - needs a GPU
+    def _cuml_candidate(self, cuml: Any, device: int) -> Candidate:  # pragma: no cover - needs a GPU
         model = self.model
         classifier = self.settings.output_class
         try:
@@ -375,9 +375,9 @@ class FilBackend(Backend):
             if classifier:
                 result = np.asarray(forest.predict_proba(x), dtype=np.float32).reshape(x.shape[0], -1)
                 return result[:, -1:] if outputs == 1 else result
-            return _as_rows(forest.predict(x), x.shape[0])
+            return as_rows(forest.predict(x), x.shape[0])
 
-        return _Candidate("cuml", 0, predict)
+        return Candidate("cuml", 0, predict)
 
     def _shap_function(self) -> Callable[[np.ndarray], np.ndarray]:
         model = self.model
@@ -447,7 +447,7 @@ class FilBackend(Backend):
 
     def engine_for(self, rows: int) -> str:
         """The engine a batch of ``rows`` rows goes to now."""
-        return self._selector.best(bisect.bisect_right(_BAND_EDGES, rows)).engine
+        return self._selector.best(bisect.bisect_right(BAND_EDGES, rows)).engine
 
     def wait_compiled(self, timeout_s: float | None = None, **deprecated: Any) -> bool:
         """Wait for the background compilation (and the calibration after it), at most ``timeout_s``
@@ -504,7 +504,7 @@ class FilBackend(Backend):
         if rows == 0:
             return {key: np.zeros((0, *dims), dtype=np.float32) for key, dims in shapes.items()}
         selector = self._selector
-        band = bisect.bisect_right(_BAND_EDGES, rows)
+        band = bisect.bisect_right(BAND_EDGES, rows)
         if selector.adaptive:
             index = selector.pick(band)
             started = time.perf_counter()

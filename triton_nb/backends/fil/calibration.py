@@ -1,8 +1,8 @@
 """Which engine serves a batch: measured at load, then kept up to date while serving.
 
-At load, and again once the compiled library is ready, :func:`_time_candidates` times every
-candidate at 1, 8, 64, 512 and 4096 rows of :func:`_calibration_data` (values drawn between the
-model's own split thresholds, 2% missing). :class:`_Selector` turns those timings into a choice
+At load, and again once the compiled library is ready, :func:`time_candidates` times every
+candidate at 1, 8, 64, 512 and 4096 rows of :func:`calibration_data` (values drawn between the
+model's own split thresholds, 2% missing). :class:`Selector` turns those timings into a choice
 per size band (a band runs from the geometric mean of its size and the next smaller one to that
 with the next larger one) and, while serving, keeps timing the batches and now and then
 re-measures the other candidates on a live batch, so the choice follows a machine that gets
@@ -22,17 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from triton_nb.backends.fil.common import _Cancelled, log
-from triton_nb.backends.fil.engines import _Candidate
+from triton_nb.backends.fil.common import Cancelled, log
+from triton_nb.backends.fil.engines import Candidate
 
 #: Batch sizes timed at calibration; a batch uses the engine that won the nearest size (in log scale).
-_CALIBRATION_SIZES = (1, 8, 64, 512, 4096)
-_BAND_EDGES = tuple(math.ceil(math.sqrt(a * b)) for a, b in itertools.pairwise(_CALIBRATION_SIZES))
+CALIBRATION_SIZES = (1, 8, 64, 512, 4096)
+BAND_EDGES = tuple(math.ceil(math.sqrt(a * b)) for a, b in itertools.pairwise(CALIBRATION_SIZES))
 _CALIBRATION_REPS = 7  # at most, per engine and size ...
 _CALIBRATION_BUDGET_S = 0.025  # ... stopping once an engine has spent this long at one size (after 2 reps)
 
 
-def _calibration_data(tl_model: Any, num_feature: int, rows: int = max(_CALIBRATION_SIZES)) -> np.ndarray:
+def calibration_data(tl_model: Any, num_feature: int, rows: int = max(CALIBRATION_SIZES)) -> np.ndarray:
     """Rows whose values fall between the model's own split thresholds (so they walk realistic
     paths), with 2% missing values."""
     rng = np.random.default_rng(20240601)
@@ -61,17 +61,17 @@ def _calibration_data(tl_model: Any, num_feature: int, rows: int = max(_CALIBRAT
     return np.ascontiguousarray(data)
 
 
-def _time_candidates(candidates: Sequence[_Candidate], data: np.ndarray,
+def time_candidates(candidates: Sequence[Candidate], data: np.ndarray,
                      stop: threading.Event | None = None) -> dict[str, dict[int, float]]:
     """Seconds per call of each candidate at each calibration size: the minimum over a few
     consecutive calls, after one warm-up call (consecutive, as a run of equal batches would be
     served, so one engine's threads do not measure another's)."""
     timings: dict[str, dict[int, float]] = {c.label: {} for c in candidates}
-    for size in _CALIBRATION_SIZES:
+    for size in CALIBRATION_SIZES:
         x = data[:size]
         for candidate in candidates:
             if stop is not None and stop.is_set():
-                raise _Cancelled()
+                raise Cancelled()
             start = time.perf_counter()
             candidate.predict(x)  # warm-up, timed only to size the budget
             best, spent = math.inf, time.perf_counter() - start
@@ -87,7 +87,7 @@ def _time_candidates(candidates: Sequence[_Candidate], data: np.ndarray,
     return timings
 
 
-class _Selector:
+class Selector:
     """Which candidate serves a batch: the cheapest per row in its size band, kept up to date.
 
     Each candidate has an estimate of its per-row cost in each band (in log scale), from the
@@ -111,10 +111,10 @@ class _Selector:
     _OVERHEAD = 0.02  # of all re-measuring together, on average
     _MIN_INTERVAL, _MAX_INTERVAL = 8, 4096
 
-    def __init__(self, candidates: Sequence[_Candidate], timings: dict[str, dict[int, float]] | None = None,
+    def __init__(self, candidates: Sequence[Candidate], timings: dict[str, dict[int, float]] | None = None,
                  fixed: Sequence[int] | None = None) -> None:
         self.candidates = tuple(candidates)
-        bands = len(_CALIBRATION_SIZES)
+        bands = len(CALIBRATION_SIZES)
         count = len(self.candidates)
         self.adaptive = fixed is None and count > 1 and bool(timings)
         self._cost = [[0.0] * count for _ in range(bands)]  # log(seconds per row)
@@ -127,7 +127,7 @@ class _Selector:
         if not self.adaptive:
             return
         assert timings is not None
-        for band, size in enumerate(_CALIBRATION_SIZES):
+        for band, size in enumerate(CALIBRATION_SIZES):
             costs = self._cost[band]
             for index, candidate in enumerate(self.candidates):
                 costs[index] = math.log(max(timings[candidate.label][size], 1e-9) / size)
@@ -147,7 +147,7 @@ class _Selector:
         self._soonest[band] = min((due for i, due in enumerate(self._next_probe[band]) if i != best),
                                   default=math.inf)
 
-    def best(self, band: int) -> _Candidate:
+    def best(self, band: int) -> Candidate:
         return self.candidates[self._best[band]]
 
     def pick(self, band: int) -> int:

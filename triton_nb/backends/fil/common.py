@@ -18,7 +18,7 @@ _logged_once: set[str] = set()
 _logged_lock = threading.Lock()
 
 
-def _log_once(key: str, level: int, message: str, *args: Any) -> None:
+def log_once(key: str, level: int, message: str, *args: Any) -> None:
     with _logged_lock:
         if key in _logged_once:
             return
@@ -26,5 +26,5 @@ def _log_once(key: str, level: int, message: str, *args: Any) -> None:
     log.log(level, message, *args)
 
 
-class _Cancelled(Exception):
+class Cancelled(Exception):
     """Raised inside a build or a calibration once :meth:`FilBackend.finalize` has asked it to stop."""

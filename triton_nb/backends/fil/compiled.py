@@ -1,13 +1,13 @@
 """The ``tl2cgen`` engine: the trees compiled to C, built in the background and cached on disk.
 
-:class:`_Builder` finds or builds the shared library of one model. tl2cgen writes the trees as C;
+:class:`Builder` finds or builds the shared library of one model. tl2cgen writes the trees as C;
 our dense-batch entry point, the C file ``triton_nb_shim.c`` shipped next to this module, is
 compiled into the same library; the system C compiler runs at low priority, one process per
 translation unit, and every process is killed when the build is cancelled. Libraries are cached
 under :func:`cache_directory`, named by a hash of everything that changes the machine code (the
 model file, its model_type, the tl2cgen and Treelite versions, the compiler and its flags, the
 OpenMP runtime, the shim's version and text, the platform), and published with an atomic rename.
-:class:`_CompiledLibrary` loads a built library through ctypes and makes its candidates.
+:class:`CompiledLibrary` loads a built library through ctypes and makes its candidates.
 
 Imports from this package: :mod:`.common`, :mod:`.loading` (the model to build) and
 :mod:`.engines` (the candidates it makes).
@@ -41,9 +41,9 @@ import numpy as np
 
 from triton_nb._native_logs import native_stderr_to_logging, route_native_logs
 from triton_nb._optional import optional_module
-from triton_nb.backends.fil.common import _Cancelled, log
-from triton_nb.backends.fil.engines import _Candidate
-from triton_nb.backends.fil.loading import _LoadedModel
+from triton_nb.backends.fil.common import Cancelled, log
+from triton_nb.backends.fil.engines import Candidate
+from triton_nb.backends.fil.loading import LoadedModel
 
 # Compilation. -O1: on tl2cgen's deeply nested if-else code it compiles twice as fast as -O3 and
 # the code runs as fast or faster (measured: 200 trees of depth 8, gcc 12).
@@ -161,7 +161,7 @@ def _bundled_openmp(package: str) -> Path | None:
     return found[0] if found else None
 
 
-def _openmp_runtime(model: _LoadedModel, compiler: _CompilerInfo) -> Path | None:
+def _openmp_runtime(model: LoadedModel, compiler: _CompilerInfo) -> Path | None:
     """The OpenMP runtime to link the compiled model against: the one its other engines use.
 
     XGBoost and Treelite wheels bundle their own libgomp. Two OpenMP runtimes in one process each
@@ -182,7 +182,7 @@ def _openmp_runtime(model: _LoadedModel, compiler: _CompilerInfo) -> Path | None
 
 _key_locks: dict[str, threading.Lock] = {}
 _key_locks_guard = threading.Lock()
-_live_builders: weakref.WeakSet[_Builder] = weakref.WeakSet()
+_live_builders: weakref.WeakSet[Builder] = weakref.WeakSet()
 
 
 def _key_lock(key: str) -> threading.Lock:
@@ -196,14 +196,14 @@ def _cancel_all_builds() -> None:
         builder.cancel()
 
 
-class _Builder:
+class Builder:
     """Finds or builds the compiled library of one model; cancellable from another thread.
 
     Builds of the same library inside this process are serialised (the second finds the first's
     result in the cache); across processes the atomic rename makes concurrent builds harmless.
     """
 
-    def __init__(self, model: _LoadedModel, threads: int, label: str) -> None:
+    def __init__(self, model: LoadedModel, threads: int, label: str) -> None:
         self.model = model
         self.label = label
         self.jobs = max(1, threads)
@@ -260,10 +260,10 @@ class _Builder:
 
     def _check(self) -> None:
         if self._stop.is_set():
-            raise _Cancelled()
+            raise Cancelled()
 
     def build(self) -> Path:
-        """The library's path, from the cache or compiled now (raises _Cancelled, RuntimeError)."""
+        """The library's path, from the cache or compiled now (raises Cancelled, RuntimeError)."""
         assert self.library_path is not None
         lock = _key_lock(self.key)
         while not lock.acquire(timeout=0.1):
@@ -380,7 +380,7 @@ def _library_suffix() -> str:
     return ".dylib" if sys.platform == "darwin" else ".so"
 
 
-class _CompiledLibrary:
+class CompiledLibrary:
     """A shared library built from the model by tl2cgen, with our dense-batch entry point."""
 
     def __init__(self, path: Path) -> None:
@@ -403,7 +403,7 @@ class _CompiledLibrary:
         fn.restype = ctypes.c_int
         return fn
 
-    def candidate(self, threads: int) -> _Candidate:
+    def candidate(self, threads: int) -> Candidate:
         releasing, holding = self._predict, self._predict_holding_gil
         num_outputs = self.num_outputs
 
@@ -417,4 +417,4 @@ class _CompiledLibrary:
                 raise MemoryError("the compiled tree model could not allocate its work buffer")
             return out
 
-        return _Candidate("tl2cgen", threads, predict)
+        return Candidate("tl2cgen", threads, predict)

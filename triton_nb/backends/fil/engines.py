@@ -1,4 +1,4 @@
-"""The engines that predict a loaded model, each wrapped as a :class:`_Candidate`.
+"""The engines that predict a loaded model, each wrapped as a :class:`Candidate`.
 
 A candidate is one engine at one thread count, with a ``predict`` that takes a C-contiguous
 float32 batch and returns ``(rows, outputs)`` float32. Every engine gives the same numbers; which
@@ -21,7 +21,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class _Candidate:
+class Candidate:
     """One way to predict: an engine at a thread count. ``predict`` returns ``(rows, outputs)`` float32."""
 
     engine: str
@@ -33,25 +33,25 @@ class _Candidate:
         return f"{self.engine}/{self.threads}"
 
 
-def _as_rows(predictions: Any, rows: int) -> np.ndarray:
+def as_rows(predictions: Any, rows: int) -> np.ndarray:
     return np.asarray(predictions, dtype=np.float32).reshape(rows, -1)
 
 
-def _xgboost_candidate(booster: Any, threads: int) -> _Candidate:
+def xgboost_candidate(booster: Any, threads: int) -> Candidate:
     """``Booster.inplace_predict``, XGBoost's public API (the reference for XGBoost models)."""
     booster.set_param({"nthread": threads})
 
     def predict(x: np.ndarray) -> np.ndarray:
-        return _as_rows(booster.inplace_predict(x, validate_features=False), x.shape[0])
+        return as_rows(booster.inplace_predict(x, validate_features=False), x.shape[0])
 
-    return _Candidate("xgboost", threads, predict)
+    return Candidate("xgboost", threads, predict)
 
 
-def _xgboost_direct_candidate(booster: Any, threads: int) -> _Candidate | None:
+def xgboost_direct_candidate(booster: Any, threads: int) -> Candidate | None:
     """The same prediction through XGBoost's C API (``XGBoosterPredictFromDense``), which
     ``inplace_predict`` calls after ~40-80 µs of Python work per call (type checks, JSON, a ctypes
     class built per call): 10% of a 512-row batch. None when this XGBoost does not offer it; the
-    caller checks it agrees with :func:`_xgboost_candidate` before using it."""
+    caller checks it agrees with :func:`xgboost_candidate` before using it."""
     try:
         from xgboost import core
 
@@ -80,20 +80,20 @@ def _xgboost_direct_candidate(booster: Any, threads: int) -> _Candidate | None:
         ctypes.memmove(out.ctypes.data, values, size * 4)
         return out.reshape(rows, -1)
 
-    return _Candidate("xgboost", threads, predict)
+    return Candidate("xgboost", threads, predict)
 
 
-def _lightgbm_candidate(booster: Any, threads: int) -> _Candidate:
+def lightgbm_candidate(booster: Any, threads: int) -> Candidate:
     def predict(x: np.ndarray) -> np.ndarray:
-        return _as_rows(booster.predict(x, num_threads=threads), x.shape[0])
+        return as_rows(booster.predict(x, num_threads=threads), x.shape[0])
 
-    return _Candidate("lightgbm", threads, predict)
+    return Candidate("lightgbm", threads, predict)
 
 
-def _gtil_candidate(tl_model: Any, threads: int) -> _Candidate:
+def gtil_candidate(tl_model: Any, threads: int) -> Candidate:
     from treelite import gtil
 
     def predict(x: np.ndarray) -> np.ndarray:
-        return _as_rows(gtil.predict(tl_model, x, nthread=threads), x.shape[0])
+        return as_rows(gtil.predict(tl_model, x, nthread=threads), x.shape[0])
 
-    return _Candidate("gtil", threads, predict)
+    return Candidate("gtil", threads, predict)

@@ -1,10 +1,10 @@
 """Loading a FIL model file: Treelite always (as FIL parses it), the native library when it can.
 
-:func:`_load_model` finds the file the ``model_type`` parameter names in the version folder,
+:func:`load_tree_model` finds the file the ``model_type`` parameter names in the version folder,
 parses it with Treelite (a file FIL would refuse fails here too, with a message that says why
 and, when it can tell, which ``model_type`` the file looks like), and loads it with XGBoost or
 LightGBM as well when that library reads it, for speed and for SHAP values. The result, a
-:class:`_LoadedModel`, is what the engines (:mod:`.engines`), the compiler (:mod:`.compiled`)
+:class:`LoadedModel`, is what the engines (:mod:`.engines`), the compiler (:mod:`.compiled`)
 and the backend (:mod:`.backend`) work from.
 
 Imports from this package: :mod:`.common` only.
@@ -25,13 +25,13 @@ import numpy as np
 from triton_nb._native_logs import route_native_logs
 from triton_nb._optional import optional_module
 from triton_nb.backends.base import ModelContext
-from triton_nb.backends.fil.common import _log_once
+from triton_nb.backends.fil.common import log_once
 from triton_nb.errors import InvalidArgumentError, NotFoundError
 from triton_nb.repository.config import FIL_MODEL_FILENAMES, model_filename
 
 
 @dataclass
-class _LoadedModel:
+class LoadedModel:
     """One model file, parsed by Treelite and (when possible) by its native library."""
 
     path: Path
@@ -126,7 +126,7 @@ def _load_xgboost(data: bytes, path: Path) -> Any | None:
         # raises UnicodeDecodeError instead of XGBoostError. Either way Treelite has read the file.
         reason = ("this XGBoost does not read the file's format" if isinstance(exc, UnicodeDecodeError)
                   else _describe_load_error(exc))
-        _log_once(f"xgb-unreadable:{path}", logging.WARNING, "XGBoost cannot read %s (%s); Treelite serves it",
+        log_once(f"xgb-unreadable:{path}", logging.WARNING, "XGBoost cannot read %s (%s); Treelite serves it",
                   path, reason)
         return None
     if json.loads(booster.save_config())["learner"]["objective"]["name"] == "multi:softmax":
@@ -143,7 +143,7 @@ def _model_outputs(tl_model: Any) -> tuple[int, int]:
     return num_target, int(num_class.max()) if num_class.size else 1
 
 
-def _load_model(context: ModelContext, model_type: str, parameters: dict[str, str]) -> _LoadedModel:
+def load_tree_model(context: ModelContext, model_type: str, parameters: dict[str, str]) -> LoadedModel:
     filename = model_filename(context.config) or FIL_MODEL_FILENAMES[model_type]
     path = Path(context.version_path) / filename
     where = f"model '{context.name}' version {context.version}"
@@ -169,7 +169,7 @@ def _load_model(context: ModelContext, model_type: str, parameters: dict[str, st
         raise InvalidArgumentError(
             f"{where}: '{path}' is a multi-target model ({num_target} targets); FIL serves single-target models"
         )
-    loaded = _LoadedModel(
+    loaded = LoadedModel(
         path=path,
         model_type=model_type,
         file_hash=hashlib.sha256(data).hexdigest(),
@@ -183,6 +183,6 @@ def _load_model(context: ModelContext, model_type: str, parameters: dict[str, st
         try:
             loaded.lightgbm = lgb.Booster(model_str=data.decode("utf-8", errors="replace"))
         except Exception as exc:  # Treelite read it: its engines serve it
-            _log_once(f"lgb-unreadable:{path}", logging.WARNING, "LightGBM cannot read %s (%s); Treelite serves it",
+            log_once(f"lgb-unreadable:{path}", logging.WARNING, "LightGBM cannot read %s (%s); Treelite serves it",
                       path, _describe_load_error(exc))
     return loaded
