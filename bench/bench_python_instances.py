@@ -47,7 +47,7 @@ from triton_nb.fraud import generate_transactions, request_tensors, train_fraud_
 from triton_nb.perf import load as load_module
 from triton_nb.repository import export_fraud_repository
 from triton_nb.repository.config import load_config, save_config
-from triton_nb.server import batcher
+from triton_nb.server.scheduling import batcher
 from triton_nb.tensors import InferRequest
 
 TARGET_RATIO = 1.6

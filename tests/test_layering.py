@@ -35,8 +35,13 @@ EXCEPTIONS = {
     # built on the notebook's panel; imported when the magic runs.
     ("triton_nb.notebook.magics", "triton_nb.serving"),
 }
-THROUGH_THE_SERVICE = ("server/http.py", "server/grpc.py", "server/network.py", "client.py", "transport.py",
-                       "perf/load.py")
+THROUGH_THE_SERVICE = ("server/frontends/http/app.py", "server/frontends/grpc/servicer.py",
+                       "server/frontends/network.py", "client.py", "transport.py", "perf/load.py")
+# Inside the server the front ends reach the rest of it through the service interface: of the server's
+# modules they import only these (and each other), never core, models/ or scheduling/.
+FRONTENDS = "triton_nb.server.frontends"
+FRONTENDS_MAY_IMPORT = ("triton_nb.server.service", "triton_nb.server.observability.logs", FRONTENDS)
+FRONTEND_MODULES = sorted((PACKAGE / "server" / "frontends").rglob("*.py"))
 
 
 def _module_name(path: Path) -> str:
@@ -97,3 +102,11 @@ def test_the_exceptions_are_still_needed():
 def test_front_ends_client_and_perf_import_the_service_not_the_core(relative):
     imports = _imports(PACKAGE / relative)
     assert not any(m.startswith("triton_nb.server.core") for m in imports), relative
+
+
+@pytest.mark.parametrize("path", FRONTEND_MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_front_ends_import_no_more_of_the_server_than_the_service(path):
+    server = {m for m in _imports(path) if m == "triton_nb.server" or m.startswith("triton_nb.server.")}
+    beyond = sorted(m for m in server
+                    if not any(m == allowed or m.startswith(allowed + ".") for allowed in FRONTENDS_MAY_IMPORT))
+    assert not beyond, f"{_module_name(path)} imports {beyond}: the front ends reach the server through its service"

@@ -16,7 +16,7 @@ __all__ = ["SCRIPT_BOOTSTRAP", "recv_exactly"]
 
 
 #: ``python -c`` code that runs a script of the package (``sys.argv[1]``) as ``__main__``, without its folder
-#: on ``sys.path`` (its siblings ``grpc.py`` and ``http.py`` would shadow the real packages) and
+#: on ``sys.path`` (a sibling such as the backends' ``onnxruntime.py`` would shadow the real package) and
 #: without importing the package (a fast start, no models).
 SCRIPT_BOOTSTRAP = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
                    "runpy.run_path(sys.argv[0], run_name='__main__')")

@@ -48,7 +48,7 @@ PROTOCOLS = ("inprocess", "http", "grpc", "sagemaker")
 
 Tensors = dict[str, np.ndarray]
 # SageMaker's binary+json Content-Type, followed by the JSON header's size (the server's
-# triton_nb.server.sagemaker spells it too: a client does not import the server)
+# triton_nb.server.frontends.sagemaker spells it too: a client does not import the server)
 _SAGEMAKER_BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 

@@ -22,11 +22,11 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.grpc import GrpcServicer
-from triton_nb.server.http import HttpApp
-from triton_nb.server.logs import LogSettings
-from triton_nb.server.protocol import WireLimits
-from triton_nb.server.request_codec import SERVER_PARAMETERS, parse_parameters, parse_version
+from triton_nb.server.frontends.grpc.servicer import GrpcServicer
+from triton_nb.server.frontends.http.app import HttpApp
+from triton_nb.server.frontends.protocol import WireLimits
+from triton_nb.server.frontends.request_codec import SERVER_PARAMETERS, parse_parameters, parse_version
+from triton_nb.server.observability.logs import LogSettings
 from triton_nb.tensors import InferRequest, InferResponse
 
 PROTOCOLS = ("http", "grpc")

@@ -1,6 +1,6 @@
 """Versions and request parameters over HTTP and gRPC, against triton_nb and real Triton 2.51.
 
-Both front ends of triton_nb read these with one codec (:mod:`triton_nb.server.request_codec`); these
+Both front ends of triton_nb read these with one codec (:mod:`triton_nb.server.frontends.request_codec`); these
 tests hold it to Triton's answers. Where Triton's two front ends word one rule differently (their wire
 types differ), triton_nb words it one way, and the table below says what each server answers.
 """

@@ -39,7 +39,7 @@ from tests.helpers.shared_memory_cases import (
 )
 from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError
-from triton_nb.server.shared_memory import SharedMemoryRegistry, TensorRegion
+from triton_nb.server.frontends.shared_memory import SharedMemoryRegistry, TensorRegion
 
 # ---------------------------------------------------------------------- fixtures
 

@@ -22,7 +22,7 @@ from tests.helpers.conformance_repo import write_conformance_repo
 from tests.helpers.conformance_servers import SERVER_KINDS, start_server
 from triton_nb.fraud import request_tensors
 from triton_nb.repository import export_fraud_repository
-from triton_nb.server.stats import BATCH_REASONS_KEY
+from triton_nb.server.observability.stats import BATCH_REASONS_KEY
 
 pytestmark = pytest.mark.real_triton
 

@@ -120,7 +120,7 @@ def test_a_warned_field_loads_with_one_warning_in_the_log_and_status(tmp_path, c
     from triton_nb.serving import serve
 
     write(tmp_path, "optimization { cuda { graphs: true } }")
-    with caplog.at_level(logging.WARNING, logger="triton_nb.server.models"), serve(tmp_path) as server:
+    with caplog.at_level(logging.WARNING, logger="triton_nb.server.models.manager"), serve(tmp_path) as server:
         assert server.is_model_ready("m")
         warnings = server.config_warnings("m")
         server.load_model("m")  # a reload with the same config says nothing new

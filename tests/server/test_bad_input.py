@@ -25,7 +25,7 @@ from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
 from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS
 from triton_nb.repository import export_fraud_repository
-from triton_nb.server.checks import _check_request
+from triton_nb.server.models.checks import _check_request
 from triton_nb.tensors import InferRequest, numpy_to_triton_dtype, text_to_bytes
 
 MAX_STRING_BYTES = 4096
@@ -279,7 +279,7 @@ def test_logs_never_carry_tensor_contents(server, clients, fraud_frame, caplog, 
 def test_binary_tensors_at_any_offset_of_a_body_are_decoded_aligned(offset):
     """A binary tensor starts wherever the JSON header (or the tensor before it) ends; native code
     such as XGBoost's C API refuses misaligned data, so the decoder copies a misaligned view."""
-    from triton_nb.server.protocol import array_from_buffer
+    from triton_nb.server.frontends.protocol import array_from_buffer
 
     x = np.arange(6, dtype=np.float32)
     body = bytes(offset) + x.tobytes()
@@ -306,7 +306,7 @@ def test_the_first_step_checks_only_the_batch_size_it_may_bound_lower(server, fr
 
 
 def test_a_step_whose_specs_differ_from_the_ensembles_is_checked_in_full(server):
-    from triton_nb.server.checks import _passes_as_given
+    from triton_nb.server.models.checks import _passes_as_given
 
     ensemble = server._manager.resolve("ensemble", -1)
     step = ensemble.ensemble.plan[0]
@@ -366,7 +366,7 @@ def test_a_signature_that_passed_before_still_has_each_requests_own_values_check
 
 
 def test_the_table_of_signatures_that_passed_stays_bounded(server, fraud_frame):
-    from triton_nb.server.checks import _MAX_SIGNATURES
+    from triton_nb.server.models.checks import _MAX_SIGNATURES
 
     target = server._manager.resolve("ensemble", -1)
     target.conforming.clear()
@@ -381,7 +381,7 @@ def test_a_batching_models_request_without_inputs_is_left_to_the_full_check():
     from types import SimpleNamespace
 
     from triton_nb.repository.config import ModelConfig
-    from triton_nb.server.checks import _conforms
+    from triton_nb.server.models.checks import _conforms
 
     target = SimpleNamespace(name="m", version=1, config=ModelConfig(name="m", max_batch_size=8), inputs={},
                              required=frozenset(), outputs=frozenset({"y"}), conforming={})

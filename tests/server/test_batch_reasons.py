@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tests.helpers.metrics_models import parse_metrics
 from tests.helpers.scale_models import write_gated_model
 from tests.helpers.waiting import WAIT_S, wait_until
-from triton_nb.server.stats import BATCH_COUNT_FAMILY, BATCH_REASONS, BATCH_REASONS_KEY, BATCH_SIZE_FAMILY
+from triton_nb.server.observability.stats import BATCH_COUNT_FAMILY, BATCH_REASONS, BATCH_REASONS_KEY, BATCH_SIZE_FAMILY
 from triton_nb.serving import serve
 from triton_nb.tensors import InferRequest
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.helpers.waiting import wait_until
 from triton_nb.errors import InternalError, UnavailableError
-from triton_nb.server.batcher import WORKER_TIMER_SLACK_NS, QueuePolicy, Scheduler, SchedulerSettings
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.batcher import WORKER_TIMER_SLACK_NS, QueuePolicy, Scheduler, SchedulerSettings
 from triton_nb.tensors import InferRequest, InferResponse
 
 

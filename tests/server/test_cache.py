@@ -34,7 +34,7 @@ from triton_nb.server.cache import (
     request_key,
     response_cache_problem,
 )
-from triton_nb.server.stats import ModelStats, ServerStats
+from triton_nb.server.observability.stats import ModelStats, ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 MB = 1 << 20

@@ -8,7 +8,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 import pytest
 
 from tests.helpers.waiting import wait_until
-from triton_nb.server.futures import ResponseFuture
+from triton_nb.server.scheduling.futures import ResponseFuture
 
 
 def test_is_a_future_and_builds_no_condition_until_waited_on():

@@ -20,13 +20,13 @@ from triton_nb import serve
 from triton_nb.backends import pb_utils
 from triton_nb.cli import main
 from triton_nb.errors import InvalidArgumentError, TritonNBError
-from triton_nb.server.metrics import (
+from triton_nb.server.observability.metrics import (
     DEFAULT_SUMMARY_QUANTILES,
     SlidingQuantiles,
     parse_metrics_config,
     read_memory_bytes,
 )
-from triton_nb.server.stats import ServerStats
+from triton_nb.server.observability.stats import ServerStats
 from triton_nb.tensors import InferRequest
 
 
@@ -271,7 +271,7 @@ def test_cpu_metrics_are_triton_s_system_wide_values(tmp_path):
 
 
 def test_cpu_utilization_is_measured_between_samples():
-    from triton_nb.server.metrics import CpuMetricsCollector
+    from triton_nb.server.observability.metrics import CpuMetricsCollector
 
     collector = CpuMetricsCollector()
     collector._last_s -= 10.0  # as if the last sample were old

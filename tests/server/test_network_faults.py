@@ -38,8 +38,8 @@ from tests.helpers.serve_cli import start_serve
 from tests.helpers.waiting import wait_until
 from triton_nb import InferenceServer, serve
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server import network
-from triton_nb.server.http_protocol import MAX_HEAD_BYTES
+from triton_nb.server.frontends import network
+from triton_nb.server.frontends.http.connections import MAX_HEAD_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_TIMEOUT_S = 2.0  # short, so a slow client is cut in a test's time

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.rate_limited_models import write_held_models
 from tests.helpers.waiting import wait_until
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.rate_limiter import RateLimiter, Resource, parse_rate_limit_resource
+from triton_nb.server.scheduling.rate_limiter import RateLimiter, Resource, parse_rate_limit_resource
 from triton_nb.serving import serve
 
 WAIT_S = 30

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from triton_nb.errors import InternalError, UnavailableError
-from triton_nb.server.batcher import QueuePolicy, Scheduler, SchedulerSettings
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.batcher import QueuePolicy, Scheduler, SchedulerSettings
 from triton_nb.tensors import InferRequest, InferResponse
 
 WAIT_S = 30  # only keeps a broken scheduler from hanging the suite

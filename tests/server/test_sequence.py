@@ -18,8 +18,8 @@ from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository.config import check_model_config, parse_config
 from triton_nb.repository.fields import check_fields
-from triton_nb.server.sequence import SequenceScheduler
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.sequence import SequenceScheduler
 from triton_nb.tensors import InferRequest, InferResponse
 
 PROTOCOLS = ["inprocess", "http", "grpc"]

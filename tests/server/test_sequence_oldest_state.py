@@ -28,7 +28,7 @@ from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.repository.config import parse_config
 from triton_nb.repository.validate import validate_repository
-from triton_nb.server.sequence import SequenceScheduler
+from triton_nb.server.scheduling.sequence import SequenceScheduler
 from triton_nb.tensors import InferRequest, InferResponse
 
 CONFIG = """

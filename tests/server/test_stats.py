@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 from triton_nb.errors import InvalidArgumentError
-from triton_nb.server.stats import (
+from triton_nb.server.observability.stats import (
     BATCH_COUNT_FAMILY,
     BATCH_REASONS,
     BATCH_REASONS_KEY,

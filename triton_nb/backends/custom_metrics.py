@@ -1,6 +1,6 @@
 """The process's registry of custom metrics: the families and series Python models create with
 ``pb_utils.MetricFamily`` / ``Metric`` (:mod:`triton_nb.backends.pb_utils`), which
-:mod:`triton_nb.server.metrics` exports on ``/metrics``.
+:mod:`triton_nb.server.observability.metrics` exports on ``/metrics``.
 
 Standard library only: a Python model's own process (:mod:`triton_nb.backends._python_stub`),
 which may run an interpreter with numpy and nothing else, keeps a registry of its own too.

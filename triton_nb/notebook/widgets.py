@@ -72,7 +72,7 @@ from triton_nb.perf.options import Wire
 from triton_nb.perf.replay import replay, replayed_configs
 from triton_nb.perf.stats import server_breakdown
 from triton_nb.perf.tune import BATCHING_KNOBS, CLIENT_KNOBS, config_label, config_with_knobs, knobs_of, tune
-from triton_nb.server.stats import BATCH_REASONS_KEY, BatchReason
+from triton_nb.server.observability.stats import BATCH_REASONS_KEY, BatchReason
 
 __all__ = ["FIL_OPTIONS", "Tuner", "default_input_data"]
 

@@ -23,7 +23,7 @@ import pandas as pd
 from triton_nb.errors import InvalidArgumentError
 from triton_nb.frames import frame_to_inputs
 from triton_nb.perf.options import TENSOR_FORMATS
-from triton_nb.server.protocol import array_to_buffer
+from triton_nb.server.frontends.protocol import array_to_buffer
 from triton_nb.tensors import numpy_to_triton_dtype, triton_to_numpy_dtype
 
 __all__ = [

@@ -54,7 +54,7 @@ from triton_nb.perf import _loadgen
 from triton_nb.perf.inputs import SharedMemoryPlaces, TensorPlace, encode_grpc, encode_http
 from triton_nb.perf.options import DEFAULT_OUTPUT_SHARED_MEMORY_SIZE, Wire
 from triton_nb.perf.stats import Completions
-from triton_nb.server.protocol import array_to_buffer
+from triton_nb.server.frontends.protocol import array_to_buffer
 from triton_nb.server.service import InferenceService
 from triton_nb.tensors import InferRequest, triton_to_numpy_dtype
 from triton_nb.transport import Transport

@@ -214,7 +214,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "ensemble_scheduling.step.output_map": FieldRule(SERVED),
     "ensemble_scheduling.step.model_namespace": FieldRule(WARNED, "Triton reads it only with --model-namespacing "
                                                                   "(off by default), which triton_nb does not offer"),
-    # Triton 2.63's per-step in-flight limit (triton_nb.server.ensemble)
+    # Triton 2.63's per-step in-flight limit (triton_nb.server.scheduling.ensemble)
     "ensemble_scheduling.max_inflight_requests": FieldRule(SERVED),
     "instance_group": FieldRule(SERVED),
     "instance_group.name": FieldRule(SERVED),

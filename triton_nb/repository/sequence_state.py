@@ -16,7 +16,7 @@ request's input state. A sequence's first request gets the initial state:
 With ``max_batch_size`` > 0 each state gets a leading batch dimension of 1.
 
 This module reads and checks the settings (load-time errors in Triton's words); the sequence
-batcher (:mod:`triton_nb.server.sequence`) carries the tensors.
+batcher (:mod:`triton_nb.server.scheduling.sequence`) carries the tensors.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ while the version loads, so the first user request does not pay for lazy initial
 module turns the ``ModelWarmup`` messages of a config into the tensors of those requests, with
 the rules of Triton's core (``TritonModelInstance::GenerateWarmupData`` in
 triton-inference-server/core ``src/backend_model_instance.cc``), and checks them without running
-anything (``triton-nb validate``). The server runs them (:mod:`triton_nb.server.warmup`).
+anything (``triton-nb validate``). The server runs them (:mod:`triton_nb.server.models.warmup`).
 
 Triton's rules, confirmed against tritonserver 2.51:
 

@@ -63,7 +63,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError
-from triton_nb.server.futures import ResponseFuture
+from triton_nb.server.scheduling.futures import ResponseFuture
 from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 __all__ = [

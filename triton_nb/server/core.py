@@ -11,10 +11,10 @@ front ends, the in-process client and perf call; the conveniences built on it (`
 Model control modes are Triton's: ``none`` (load everything at start; no load/unload calls),
 ``explicit`` (load what is asked: ``load_models`` at start, then :meth:`Server.load_model`),
 ``poll`` (load everything, then watch the repository and reload what changed). The facade
-applies the mode; the model manager (:mod:`triton_nb.server.models`) does the loading,
+applies the mode; the model manager (:mod:`triton_nb.server.models.manager`) does the loading,
 versioning and resolving, and a model that fails to load reports why without affecting the
-others. A request is checked (:mod:`triton_nb.server.checks`), queued on its version's scheduler
-or ensemble, and executed by an instance (:mod:`triton_nb.server.instances`). Batching knobs and
+others. A request is checked (:mod:`triton_nb.server.models.checks`), queued on its version's scheduler
+or ensemble, and executed by an instance (:mod:`triton_nb.server.models.instances`). Batching knobs and
 instance counts change live (:meth:`Server.update_batching`), from the next batch on.
 """
 
@@ -45,17 +45,17 @@ from triton_nb.errors import (
 from triton_nb.repository.config import ModelConfig, config_to_json
 from triton_nb.repository.layout import scan_repository
 from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache, ServerCache
-from triton_nb.server.checks import CheckedVersion, _check_request
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
-from triton_nb.server.futures import ResponseFuture
-from triton_nb.server.instances import InstanceOptions, set_instance_count
-from triton_nb.server.logs import LogSettings
-from triton_nb.server.models import ModelManager, _Model, _Version
-from triton_nb.server.network import FrontendOptions, NetworkFrontends
-from triton_nb.server.rate_limiter import RateLimiter
+from triton_nb.server.frontends.network import FrontendOptions, NetworkFrontends
+from triton_nb.server.frontends.shared_memory import SharedMemoryRegistry
+from triton_nb.server.models.checks import CheckedVersion, _check_request
+from triton_nb.server.models.instances import InstanceOptions, set_instance_count
+from triton_nb.server.models.manager import ModelManager, _Model, _Version
+from triton_nb.server.observability.logs import LogSettings
+from triton_nb.server.observability.stats import ModelStats, ServerStats
+from triton_nb.server.scheduling.futures import ResponseFuture
+from triton_nb.server.scheduling.rate_limiter import RateLimiter
 from triton_nb.server.settings import ServerSettings, parameters_doc
-from triton_nb.server.shared_memory import SharedMemoryRegistry
-from triton_nb.server.stats import ModelStats, ServerStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["Server"]

@@ -1,11 +1,11 @@
 """The service interface: what the front ends, the in-process client and perf call on a server.
 
 :class:`InferenceService` is the one seam between the server and everything that talks to it —
-the HTTP and gRPC front ends (:mod:`triton_nb.server.http`, :mod:`triton_nb.server.grpc`,
-:mod:`triton_nb.server.network`), the in-process client (:mod:`triton_nb.client`) and the load
-generator and tuner (:mod:`triton_nb.perf`). They type against it and import this module, never
-the server's implementation (:mod:`triton_nb.server.core`), so no arrow runs from the server back
-up to them. :class:`triton_nb.server.core.Server` satisfies it.
+the HTTP and gRPC front ends (:mod:`triton_nb.server.frontends.http.app`,
+:mod:`triton_nb.server.frontends.grpc.servicer`, :mod:`triton_nb.server.frontends.network`), the in-process
+client (:mod:`triton_nb.client`) and the load generator and tuner (:mod:`triton_nb.perf`). They type
+against it and import this module, never the server's implementation (:mod:`triton_nb.server.core`),
+so no arrow runs from the server back up to them. :class:`triton_nb.server.core.Server` satisfies it.
 
 Contract: every call may run on any thread; errors are :class:`~triton_nb.errors.TritonNBError`
 subclasses, whose status the front ends map to HTTP and gRPC (:func:`triton_nb.errors.wire_status`);

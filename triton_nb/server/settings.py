@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
-from triton_nb.server.rate_limiter import RATE_LIMIT_MODES, parse_rate_limit_resource
+from triton_nb.server.scheduling.rate_limiter import RATE_LIMIT_MODES, parse_rate_limit_resource
 
 __all__ = ["LOG_FORMATS", "MODEL_CONTROL_MODES", "PYTHON_INSTANCE_KINDS", "ServerSettings", "parameters_doc",
            "plain_text"]
@@ -188,7 +188,7 @@ class ServerSettings:
         (), """Triton's ``--metrics-config`` settings, e.g. ``summary_latencies=true`` (several, or a dict of
         them). The keys are ``counter_latencies``, ``summary_latencies``, ``summary_quantiles`` (e.g.
         ``0.5:0.05,0.99:0.001``) and ``histogram_latencies``; an unknown key is an error naming it. See
-        :mod:`triton_nb.server.metrics`.""",
+        :mod:`triton_nb.server.observability.metrics`.""",
         flag="--metrics-config", group="Metrics", repeat=True, metavar="KEY=VALUE")
     cpu_metrics: bool = _setting(
         True, """Export Triton's CPU metrics (``nv_cpu_utilization``, ``nv_cpu_memory_total_bytes``,
@@ -284,7 +284,7 @@ class ServerSettings:
                 raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {value!r}")
         if self.http_restricted_api or self.grpc_restricted_api:
             # protocol.py brings numpy; imported only when there is something to check
-            from triton_nb.server.protocol import parse_restricted_api
+            from triton_nb.server.frontends.protocol import parse_restricted_api
 
             parse_restricted_api(self.http_restricted_api, "http_restricted_api")
             parse_restricted_api(self.grpc_restricted_api, "grpc_restricted_api")
@@ -328,7 +328,7 @@ class ServerSettings:
             store("metrics_config", _strings("metrics_config", value))
         if self.metrics_config:
             # metrics.py brings prometheus_client; a bad key names itself now, before anything loads
-            from triton_nb.server.metrics import parse_metrics_config
+            from triton_nb.server.observability.metrics import parse_metrics_config
 
             parse_metrics_config(self.metrics_config)
 

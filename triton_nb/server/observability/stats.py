@@ -48,7 +48,7 @@ Unloading: Triton drops a model version's statistics and its metric series when 
 unloads (the series disappear from ``/metrics``; a reload starts again from zero). The server
 calls :meth:`ServerStats.remove` at unload to do the same.
 
-Beyond the counters (see :mod:`triton_nb.server.metrics`): ``--metrics-config`` (the
+Beyond the counters (see :mod:`triton_nb.server.observability.metrics`): ``--metrics-config`` (the
 ``metrics_config`` argument) turns Triton's latency counters off (``counter_latencies=false``) and
 its summaries (``summary_latencies=true``: ``nv_inference_{request,queue,compute_input,
 compute_infer,compute_output}_summary_us``, and ``nv_cache_{hit,miss}_summary_per_model`` for
@@ -58,10 +58,10 @@ added, under the same lock; nothing is recorded per request when both are off. `
 adds Triton's ``nv_cpu_*`` gauges and ``custom_metrics`` the Python models' ``pb_utils`` metrics.
 
 Beyond Triton — why each batch left: :meth:`ModelStats.count_batch` counts each batch the dynamic
-batcher forms with its rows and :class:`~triton_nb.server.batch_reasons.BatchReason` (statistics key
+batcher forms with its rows and :class:`~triton_nb.server.observability.batch_reasons.BatchReason` (statistics key
 ``triton_nb_batch_reasons``, ``/metrics`` families ``triton_nb_batch_count`` and
-``triton_nb_batch_size``): see :mod:`triton_nb.server.batch_reasons`. The Prometheus text itself is
-written by :func:`triton_nb.server.metrics.exposition`.
+``triton_nb_batch_size``): see :mod:`triton_nb.server.observability.batch_reasons`. The Prometheus text itself is
+written by :func:`triton_nb.server.observability.metrics.exposition`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from prometheus_client.core import CollectorRegistry, Metric
 from prometheus_client.registry import Collector
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError
-from triton_nb.server.batch_reasons import (
+from triton_nb.server.observability.batch_reasons import (
     BATCH_COUNT_FAMILY,
     BATCH_FAMILIES,
     BATCH_REASONS,
@@ -86,7 +86,7 @@ from triton_nb.server.batch_reasons import (
     BatchCollector,
     BatchReason,
 )
-from triton_nb.server.metrics import (
+from triton_nb.server.observability.metrics import (
     CUSTOM_METRICS,
     DEFAULT_FIRST_RESPONSE_BUCKETS_MS,
     FIRST_RESPONSE_HISTOGRAM,
@@ -661,7 +661,7 @@ class ServerStats:
     def __init__(self, metrics_config: MetricsConfig | Iterable[str] | None = None, *, cpu_metrics: bool = False,
                  custom_metrics: bool = False) -> None:
         """``metrics_config``: Triton's ``--metrics-config`` settings (see
-        :func:`~triton_nb.server.metrics.parse_metrics_config`); ``cpu_metrics``: export Triton's
+        :func:`~triton_nb.server.observability.metrics.parse_metrics_config`); ``cpu_metrics``: export Triton's
         ``nv_cpu_*`` gauges; ``custom_metrics``: export the custom metrics (``pb_utils.MetricFamily``)
         of this server's models and of the process scope (a server turns it on; a bare
         ServerStats shows only its models' families)."""
@@ -671,7 +671,7 @@ class ServerStats:
         #: The version's ``model_metrics`` (a ModelMetrics message) for the first-response
         #: histogram's buckets: set by the server; None uses Triton's default buckets.
         self.model_metrics: Callable[[str, int], Any] | None = None
-        #: The scope of this server's custom metrics (see triton_nb.server.metrics).
+        #: The scope of this server's custom metrics (see triton_nb.server.observability.metrics).
         self.custom_scope = object()
         #: Whether a version (name, version) shows the ``nv_cache_*_per_model`` series: set by the
         #: server (its response cache switches); None shows them only for versions with counts.
@@ -728,7 +728,7 @@ class ServerStats:
         (a reload starts from zero). Unknown versions are ignored."""
         with self._lock:
             self._models.pop((name, int(version)), None)
-        # (the version's custom metrics stay, as Triton 2.51 keeps them: see triton_nb.server.metrics)
+        # (the version's custom metrics stay, as Triton 2.51 keeps them: see triton_nb.server.observability.metrics)
 
     def close(self) -> None:
         """The server stopped: its models' custom metric series leave the process registry."""

@@ -1,9 +1,9 @@
 """The link between the gRPC servicer and the relay process that terminates gRPC.
 
-gRPC's own per-call machinery runs in a relay process (:mod:`triton_nb.server.grpc_relay`,
+gRPC's own per-call machinery runs in a relay process (:mod:`triton_nb.server.frontends.grpc.relay`,
 started by :class:`GrpcRelay`), which passes each call's bytes over a socket pair to
-:class:`RelayLink`, on the front ends' event loop (:mod:`triton_nb.server.network`); the link hands
-them to the :class:`~triton_nb.server.grpc.GrpcServicer` and writes its answers back. Kept apart
+:class:`RelayLink`, on the front ends' event loop (:mod:`triton_nb.server.frontends.network`); the link hands
+them to the :class:`~triton_nb.server.frontends.grpc.servicer.GrpcServicer` and writes its answers back. Kept apart
 from the servicer: this is transport, the servicer is Triton's protocol.
 """
 
@@ -27,8 +27,8 @@ from tritonclient.grpc import service_pb2_grpc
 
 from triton_nb._sockets import SCRIPT_BOOTSTRAP, recv_exactly
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
-from triton_nb.server import grpc_relay as relay
-from triton_nb.server.grpc import GrpcServicer
+from triton_nb.server.frontends.grpc import relay
+from triton_nb.server.frontends.grpc.servicer import GrpcServicer
 
 __all__ = ["GrpcRelay", "RelayLink"]
 
@@ -61,7 +61,7 @@ def _error_payload(code_name: str, details: str) -> bytes:
 
 
 class RelayLink(asyncio.Protocol):
-    """The server's end of the socket pair to the gRPC relay process (:mod:`grpc_relay`).
+    """The server's end of the socket pair to the gRPC relay process (:mod:`relay`).
 
     Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
     and queued; its answer is encoded and written by the model thread that finishes it, through a
@@ -224,8 +224,8 @@ class GrpcRelay:
                  startup_timeout_s: float = 60.0, restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._servicer = servicer
         ours, theirs = socket.socketpair()
-        # Run as a file, without its folder on sys.path (its siblings grpc.py and http.py would
-        # shadow the real packages) and without importing the package (fast start, no models).
+        # Run as a file, without its folder on sys.path (no module beside it may shadow a real
+        # package) and without importing the package (fast start, no models).
         command = [sys.executable, "-c", SCRIPT_BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
                    "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
                    "--restricted", json.dumps(restricted or {})]

@@ -1,7 +1,7 @@
 """Why each batch left the dynamic batcher (beyond Triton, which does not count this).
 
-The dynamic batcher (:mod:`triton_nb.server.batcher`) tells
-:meth:`~triton_nb.server.stats.ModelStats.count_batch` the :class:`BatchReason` and the rows of
+The dynamic batcher (:mod:`triton_nb.server.scheduling.batcher`) tells
+:meth:`~triton_nb.server.observability.stats.ModelStats.count_batch` the :class:`BatchReason` and the rows of
 every batch it forms. The statistics show them under the key ``triton_nb_batch_reasons``
 (``{reason: {"count", "rows"}}``, every reason, zeros included: JSON readers such as tritonclient's
 HTTP client pass an extra key through; gRPC's ``ModelStatistics`` message has no field for it, so it
@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from triton_nb.server.metrics import Histogram
+from triton_nb.server.observability.metrics import Histogram
 
 __all__ = [
     "BATCH_COUNT_FAMILY",
@@ -36,7 +36,7 @@ __all__ = [
 class BatchReason:
     """Why the dynamic batcher let a batch leave (beyond Triton, which does not count this): the
     ``reason`` label values of ``triton_nb_batch_count`` and the keys of ``triton_nb_batch_reasons``.
-    :mod:`triton_nb.server.batcher` decides which one a batch gets."""
+    :mod:`triton_nb.server.scheduling.batcher` decides which one a batch gets."""
 
     #: it holds max_batch_size rows, or the next queued request's rows would not fit beside it
     MAX_BATCH_SIZE = "max_batch_size"
@@ -73,7 +73,8 @@ BATCH_FAMILIES: tuple[tuple[str, str, str], ...] = (
 
 class BatchCollector(Collector):
     """Yields the batch families (beyond Triton) of the model versions ``snapshot()`` returns
-    (each with a ``name``, a ``version`` and ``batch_reasons()``: :class:`~triton_nb.server.stats.ModelStats`)."""
+    (each with a ``name``, a ``version`` and ``batch_reasons()``:
+    :class:`~triton_nb.server.observability.stats.ModelStats`)."""
 
     def __init__(self, snapshot: Callable[[], Iterable[Any]]) -> None:
         self._snapshot = snapshot

@@ -3,7 +3,7 @@
 The server is reached only through :class:`triton_nb.server.service.InferenceService`.
 
 Served by uvicorn (httptools parser, uvloop) on the front ends' own thread — see
-:mod:`triton_nb.server.network`. The application is plain ASGI with no framework: the infer route
+:mod:`triton_nb.server.frontends.network`. The application is plain ASGI with no framework: the infer route
 is the hot path and a framework's request objects, routing and validation cost more than the
 whole decode. Routes, bodies and status codes follow Triton's HTTP server
 (``src/http_server.cc``): errors are ``{"error": "..."}`` with the status of the error class
@@ -18,12 +18,12 @@ the client sends ``Accept-Encoding`` (tritonclient's ``response_compression_algo
 
 The system shared-memory extension (``/v2/systemsharedmemory[/region/<name>]/{status,register,
 unregister}``; inputs and requested outputs with ``shared_memory_region``/``_offset``/``_byte_size``
-parameters) is served from the server's registry (:mod:`triton_nb.server.shared_memory`), shared
+parameters) is served from the server's registry (:mod:`triton_nb.server.frontends.shared_memory`), shared
 with the gRPC front end; ``/v2/cudasharedmemory/...`` answers as a Triton without a GPU.
 
 Inference requests are read into :class:`~triton_nb.tensors.InferRequest` with
-:mod:`triton_nb.server.request_codec`, as the gRPC front end reads them. Connections are served by
-:class:`triton_nb.server.http_protocol.GuardedHttpProtocol` (the read limits uvicorn lacks).
+:mod:`triton_nb.server.frontends.request_codec`, as the gRPC front end reads them. Connections are served by
+:class:`triton_nb.server.frontends.http.connections.GuardedHttpProtocol` (the read limits uvicorn lacks).
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ from triton_nb.errors import (
     wire_message,
     wire_status,
 )
-from triton_nb.server.logs import LogSettings
-from triton_nb.server.protocol import (
+from triton_nb.server.frontends.protocol import (
     SERVER_NAME,
     WireLimits,
     array_from_buffer,
@@ -65,8 +64,9 @@ from triton_nb.server.protocol import (
     classify,
     server_metadata,
 )
-from triton_nb.server.request_codec import infer_request, parse_parameters, parse_version
-from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
+from triton_nb.server.frontends.request_codec import infer_request, parse_parameters, parse_version
+from triton_nb.server.frontends.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
+from triton_nb.server.observability.logs import LogSettings
 from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
 
 if TYPE_CHECKING:
@@ -344,7 +344,7 @@ class HttpApp:
     async def infer_with(self, model: str, scope: dict[str, Any], receive: Receive,
                          header_length: HeaderLength) -> _Reply:
         """Inference for another contract over the same codec (SageMaker's,
-        :mod:`triton_nb.server.sagemaker`): ``header_length`` reads the JSON header's size, and
+        :mod:`triton_nb.server.frontends.sagemaker`): ``header_length`` reads the JSON header's size, and
         compression is not part of it, either way."""
         return await self._infer(model, None, scope, receive, header_length)
 

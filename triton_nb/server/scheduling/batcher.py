@@ -29,7 +29,7 @@ Batch forming follows Triton's dynamic batcher:
 Without ``dynamic_batching`` every request runs alone, as Triton's default scheduler does.
 Settings can change while serving (:meth:`Scheduler.update`) and apply from the next batch.
 
-Given the version's :class:`~triton_nb.server.stats.ModelStats`, the scheduler counts every
+Given the version's :class:`~triton_nb.server.observability.stats.ModelStats`, the scheduler counts every
 request it accepted the way Triton does, itself and once per batch where it can: the pending
 gauge (+1 queued, -1 when it runs or leaves the queue), a batch's successes in one call, and each
 failure with its reason (``REJECTED``: it never ran — a timeout, a stop, a lowered
@@ -40,7 +40,7 @@ per-request callback is needed for that.
 Why a batch left (beyond Triton)
 --------------------------------
 Each batch the forming worker takes is counted with its rows (as formed: a request cancelled
-while queued still counts in it) and one :class:`~triton_nb.server.stats.BatchReason`, decided in
+while queued still counts in it) and one :class:`~triton_nb.server.observability.stats.BatchReason`, decided in
 :meth:`Scheduler._form` where the batch is chosen, the first that holds in this order:
 
 * ``no_dynamic_batching`` — no dynamic batching (or ``max_batch_size`` 0): the request runs alone;
@@ -89,7 +89,7 @@ from triton_nb.errors import (
     UnavailableError,
 )
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.stats import BatchReason, ModelStats
+from triton_nb.server.observability.stats import BatchReason, ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "after_batch"]

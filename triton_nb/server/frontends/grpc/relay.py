@@ -7,12 +7,12 @@ its own, that machinery runs on another core; the server receives finished reque
 socket pair and answers with response bytes. Nothing else crosses: no tensors are copied twice,
 no pickling, one read and one write per call.
 
-This file runs as a script (``python grpc_relay.py --fd N ...``) and imports only ``grpc`` and the
+This file runs as a script (``python relay.py --fd N ...``) and imports only ``grpc`` and the
 standard library, so it starts in a fraction of a second without loading the package's models or
 numerical libraries. It exits when the server asks it to (after answering what is in flight) or
 when the socket closes (the server's process has gone).
 
-The framing, shared with :class:`triton_nb.server.grpc_link.RelayLink`: every frame is a header
+The framing, shared with :class:`triton_nb.server.frontends.grpc.link.RelayLink`: every frame is a header
 ``<IIB`` (payload length, call id, kind) followed by the payload.
 """
 

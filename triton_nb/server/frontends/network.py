@@ -2,7 +2,7 @@
 
 :class:`NetworkFrontends` owns one thread running one event loop (uvloop when installed) that
 serves the HTTP application and the metrics application with uvicorn, and the link to the gRPC
-relay process, which terminates gRPC on another core (:mod:`triton_nb.server.grpc_relay`).
+relay process, which terminates gRPC on another core (:mod:`triton_nb.server.frontends.grpc.relay`).
 Nothing runs on the caller's thread or event loop — a Jupyter kernel's loop is not driven between
 cells (ipykernel 7), so the front ends never rely on it.
 
@@ -16,7 +16,7 @@ still queued; the front ends wait a few seconds more (``_ANSWER_GRACE_S``) so th
 the clients as answers, and only then cut what is left (HTTP answers 503, gRPC UNAVAILABLE).
 
 Slow and idle clients: HTTP connections are served by
-:class:`triton_nb.server.http_protocol.GuardedHttpProtocol` — a request must arrive whole within
+:class:`triton_nb.server.frontends.http.connections.GuardedHttpProtocol` — a request must arrive whole within
 ``http_read_timeout_secs`` (else 408), a connection idle for ``http_timeout_keep_alive_secs``
 is closed, a request head is at most 64 KiB (else 431). There is no cap on the number of
 connections: uvicorn's ``limit_concurrency`` counts idle connections too, so a client holding
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_nb.errors import InvalidArgumentError, UnavailableError
-from triton_nb.server.logs import LogSettings
-from triton_nb.server.protocol import SERVER_NAME, WireLimits, parse_restricted_api
+from triton_nb.server.frontends.protocol import SERVER_NAME, WireLimits, parse_restricted_api
+from triton_nb.server.observability.logs import LogSettings
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
@@ -77,7 +77,7 @@ class FrontendOptions:
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_api: tuple[str, ...] = ()
     server_id: str = SERVER_NAME
-    # SageMaker's container contract (triton_nb.server.sagemaker) on a port of its own
+    # SageMaker's container contract (triton_nb.server.frontends.sagemaker) on a port of its own
     sagemaker_port: int | None = None
     sagemaker_address: str = "127.0.0.1"
     sagemaker_default_model: str = ""
@@ -200,9 +200,9 @@ class NetworkFrontends:
         return dict(self.ports)
 
     def _start_grpc_relay(self) -> None:
-        """gRPC is terminated in a relay process (see :mod:`triton_nb.server.grpc_relay` for why)."""
-        from triton_nb.server.grpc import GrpcServicer
-        from triton_nb.server.grpc_link import GrpcRelay
+        """gRPC is terminated in a relay process (see :mod:`triton_nb.server.frontends.grpc.relay` for why)."""
+        from triton_nb.server.frontends.grpc.link import GrpcRelay
+        from triton_nb.server.frontends.grpc.servicer import GrpcServicer
 
         options = self.options
         if not _is_loopback(options.grpc_address):
@@ -232,8 +232,8 @@ class NetworkFrontends:
     async def _serve(self, sockets: dict[str, socket.socket]) -> None:
         import uvicorn
 
-        from triton_nb.server.http import HttpApp, MetricsApp
-        from triton_nb.server.http_protocol import GuardedHttpProtocol
+        from triton_nb.server.frontends.http.app import HttpApp, MetricsApp
+        from triton_nb.server.frontends.http.connections import GuardedHttpProtocol
 
         options = self.options
         limits = self._limits
@@ -241,7 +241,7 @@ class NetworkFrontends:
         http = HttpApp(self._server, limits, self.log_settings, restricted, server_id=self.options.server_id)
         apps = {"http": http, "metrics": MetricsApp(self._server)}
         if "sagemaker" in sockets:
-            from triton_nb.server.sagemaker import SageMakerApp
+            from triton_nb.server.frontends.sagemaker import SageMakerApp
 
             apps["sagemaker"] = SageMakerApp(self._server, http, default_model=options.sagemaker_default_model,
                                              ping_mode=options.sagemaker_ping_mode,
@@ -289,7 +289,7 @@ class NetworkFrontends:
         short timeout). Also while stopping: a request still arriving then has at most
         ``exit_timeout_secs`` to arrive, as the requests in flight have to be answered, so a slow
         client cannot hold the stop up (uvicorn waits for every connection to close)."""
-        from triton_nb.server.http_protocol import sweep_connections
+        from triton_nb.server.frontends.http.connections import sweep_connections
 
         options = self.options
         period = max(0.05, min(1.0, options.http_read_timeout_secs / 4, options.http_timeout_keep_alive_secs / 4,

@@ -7,8 +7,8 @@ that trickles a head or body a few bytes at a time (slowloris), or one that send
 would each hold a connection, and this process's memory, forever; in a notebook kernel that is the
 user's kernel. uvicorn offers no hook for these limits, so :class:`GuardedHttpProtocol` adds them at
 the protocol level, where the bytes arrive, and :func:`sweep_connections` (run by
-:mod:`triton_nb.server.network` about once a second) reads their clocks. The ASGI application
-(:mod:`triton_nb.server.http`) never sees any of this.
+:mod:`triton_nb.server.frontends.network` about once a second) reads their clocks. The ASGI application
+(:mod:`triton_nb.server.frontends.http.app`) never sees any of this.
 """
 
 from __future__ import annotations

@@ -49,13 +49,13 @@ from triton_nb.repository.layout import (
     scan_repository,
     select_versions,
 )
-from triton_nb.server.batcher import Scheduler, SchedulerSettings
-from triton_nb.server.checks import _TensorSpec
-from triton_nb.server.ensemble import EnsembleScheduler, Submit
-from triton_nb.server.instances import InstanceOptions, _run_batch, add_instance
-from triton_nb.server.rate_limiter import RateLimiter
-from triton_nb.server.sequence import SequenceScheduler
-from triton_nb.server.stats import ModelStats, ServerStats
+from triton_nb.server.models.checks import _TensorSpec
+from triton_nb.server.models.instances import InstanceOptions, _run_batch, add_instance
+from triton_nb.server.observability.stats import ModelStats, ServerStats
+from triton_nb.server.scheduling.batcher import Scheduler, SchedulerSettings
+from triton_nb.server.scheduling.ensemble import EnsembleScheduler, Submit
+from triton_nb.server.scheduling.rate_limiter import RateLimiter
+from triton_nb.server.scheduling.sequence import SequenceScheduler
 
 __all__ = ["ModelManager", "ModelState"]
 

@@ -1,6 +1,6 @@
 """What the HTTP and gRPC front ends share: tensor codecs, the classification extension, the
 server's identity, wire limits and logging settings. The request-level reading (versions, request
-parameters, the :class:`~triton_nb.tensors.InferRequest` itself) is :mod:`triton_nb.server.request_codec`.
+parameters, the :class:`~triton_nb.tensors.InferRequest` itself) is :mod:`triton_nb.server.frontends.request_codec`.
 
 Both protocols carry a tensor as a name, a datatype, a shape and either typed values (JSON lists,
 gRPC ``contents``) or raw little-endian bytes (HTTP binary data, gRPC ``raw_*_contents``). BYTES

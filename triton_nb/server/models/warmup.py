@@ -5,7 +5,7 @@ for instances added later — and the version becomes READY only when all of the
 (``TritonModelInstance::WarmUp`` in triton-inference-server/core ``src/backend_model_instance.cc``).
 The samples bypass the scheduler: they are handed straight to the instance's execute, so no
 queue, batcher or other instance is involved. :func:`warm_up_instance` does the same with a
-freshly created backend before :func:`triton_nb.server.instances.add_instance` gives it to the
+freshly created backend before :func:`triton_nb.server.models.instances.add_instance` gives it to the
 scheduler; the samples' tensors come from :func:`triton_nb.repository.warmup.warmup_samples`.
 
 What matches Triton (2.51, checked against a real server):
@@ -35,8 +35,8 @@ from typing import Protocol
 from triton_nb.backends.base import Backend
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.repository.warmup import WarmupSample, warmup_samples
-from triton_nb.server.checks import CheckedVersion, _check_request
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.models.checks import CheckedVersion, _check_request
+from triton_nb.server.observability.stats import ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["WarmedVersion", "warm_up_instance"]

@@ -27,11 +27,11 @@ from triton_nb.backends.backend_config import PythonBackendOptions
 from triton_nb.backends.base import Backend, ModelContext, ServerHandle
 from triton_nb.backends.registry import backend_factory
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
-from triton_nb.server.batcher import Scheduler
-from triton_nb.server.checks import CheckedVersion, _filter_outputs
-from triton_nb.server.rate_limiter import RateLimiter, Resource
-from triton_nb.server.stats import ModelStats
-from triton_nb.server.warmup import warm_up_instance
+from triton_nb.server.models.checks import CheckedVersion, _filter_outputs
+from triton_nb.server.models.warmup import warm_up_instance
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.batcher import Scheduler
+from triton_nb.server.scheduling.rate_limiter import RateLimiter, Resource
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["InstanceOptions", "ServedVersion", "add_instance", "create_backend", "set_instance_count"]

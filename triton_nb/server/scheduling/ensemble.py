@@ -8,7 +8,7 @@ ready. The first failing step fails the ensemble request, with the step named.
 
 Carrying a batch through: when a composing model's batch is answered, the runs it readies for
 the same next step are submitted together once the whole batch is answered (the batcher's
-:func:`~triton_nb.server.batcher.after_batch`), and where that step's model accepts it (see
+:func:`~triton_nb.server.scheduling.batcher.after_batch`), and where that step's model accepts it (see
 ``Carry``) as *one* request carrying all their rows. That saves splitting the batch into
 requests, queueing each and forming them into a batch again. The model still counts each carried
 ensemble request as a request (``InferRequest.carried_rows``); a step with dynamic batching off,
@@ -53,10 +53,10 @@ import numpy as np
 
 from triton_nb.errors import InternalError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.batcher import after_batch
-from triton_nb.server.checks import CheckedVersion, _passes_as_given, _TensorSpec
-from triton_nb.server.futures import ResponseFuture
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.models.checks import CheckedVersion, _passes_as_given, _TensorSpec
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.batcher import after_batch
+from triton_nb.server.scheduling.futures import ResponseFuture
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]

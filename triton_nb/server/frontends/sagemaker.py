@@ -63,7 +63,7 @@ from triton_nb.errors import (
 )
 
 if TYPE_CHECKING:
-    from triton_nb.server.http import HttpApp, Receive, Send
+    from triton_nb.server.frontends.http.app import HttpApp, Receive, Send
     from triton_nb.server.service import InferenceService
 
 __all__ = ["BINARY_JSON_CONTENT_TYPE", "PING_MODES", "SageMakerApp", "is_out_of_memory", "sagemaker_header_length"]
@@ -162,7 +162,7 @@ class SageMakerApp:
         self._target_locks: dict[str, asyncio.Lock] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        from triton_nb.server.http import error_reply
+        from triton_nb.server.frontends.http.app import error_reply
 
         if scope["type"] != "http":
             return
@@ -359,7 +359,7 @@ class SageMakerApp:
         """``invoke_endpoint`` as the SageMaker runtime answers it: the container's answer, or its
         failure wrapped as a ``ModelError`` (424), which boto3 raises as
         ``client.exceptions.ModelError``."""
-        from triton_nb.server.http import error_reply
+        from triton_nb.server.frontends.http.app import error_reply
 
         target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
         try:

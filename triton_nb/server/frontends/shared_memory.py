@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from triton_nb.errors import InvalidArgumentError, NotFoundError
-from triton_nb.server.protocol import array_from_buffer, array_to_buffer
+from triton_nb.server.frontends.protocol import array_from_buffer, array_to_buffer
 from triton_nb.tensors import DATATYPES
 
 __all__ = [

@@ -45,7 +45,7 @@ a non-empty str), ``sequence_start``, ``sequence_end`` — which the in-process 
 gRPC (also streaming) fill from their request parameters, as Triton's front ends do.
 
 Not here: iterative sequences (refused at load), request timeouts in the backlog, and fewer
-instances while serving. Counting follows :class:`~triton_nb.server.batcher.Scheduler`, which
+instances while serving. Counting follows :class:`~triton_nb.server.scheduling.batcher.Scheduler`, which
 this class extends: it runs the batches, answers and counts them; only queueing and batch
 forming differ.
 """
@@ -69,8 +69,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from triton_nb.errors import InternalError, InvalidArgumentError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.repository.sequence_state import StateSpec, state_specs
-from triton_nb.server.batcher import BatchRunner, Scheduler, SchedulerSettings, _Pending, _Worker
-from triton_nb.server.stats import ModelStats
+from triton_nb.server.observability.stats import ModelStats
+from triton_nb.server.scheduling.batcher import BatchRunner, Scheduler, SchedulerSettings, _Pending, _Worker
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["DEFAULT_MAX_SEQUENCE_IDLE_MICROSECONDS", "SequenceControls", "SequenceScheduler"]

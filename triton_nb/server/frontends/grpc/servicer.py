@@ -2,20 +2,20 @@
 (:class:`triton_nb.server.service.InferenceService`).
 
 The servicer implements the service generated in ``tritonclient.grpc.service_pb2_grpc``. gRPC itself
-is terminated by a relay process (:mod:`triton_nb.server.grpc_relay`) that passes each call's bytes
-over a socket pair to the server (:mod:`triton_nb.server.grpc_link`), on the front ends' event loop
-(:mod:`triton_nb.server.network`): gRPC's own per-call machinery then runs on another core instead of
+is terminated by a relay process (:mod:`triton_nb.server.frontends.grpc.relay`) that passes each call's bytes
+over a socket pair to the server (:mod:`triton_nb.server.frontends.grpc.link`), on the front ends' event loop
+(:mod:`triton_nb.server.frontends.network`): gRPC's own per-call machinery then runs on another core instead of
 holding this process's GIL. Tensors arrive as
 typed ``contents`` or as ``raw_input_contents`` (one raw buffer per input, in order); responses
 always fill ``raw_output_contents`` for every output, in order, as Triton does. Status codes come
 from :func:`triton_nb.errors.wire_status`, the same mapping the HTTP front end uses; versions and
-request parameters are read by :mod:`triton_nb.server.request_codec`, as the HTTP front end reads them.
+request parameters are read by :mod:`triton_nb.server.frontends.request_codec`, as the HTTP front end reads them.
 ``ModelStreamInfer`` serves decoupled models (any number of responses per request) and answers
 non-decoupled ones one response per request; errors in a stream travel as ``error_message`` and the
 stream carries on, as in Triton. System shared memory (the ``SystemSharedMemory*`` RPCs and the
 ``shared_memory_*`` tensor parameters, in ``ModelInfer`` and ``ModelStreamInfer``) is served here,
 in the server's process where the model runs, from the registry the HTTP front end shares
-(:mod:`triton_nb.server.shared_memory`); the relay only forwards the calls' bytes. The
+(:mod:`triton_nb.server.frontends.shared_memory`); the relay only forwards the calls' bytes. The
 ``CudaSharedMemory*`` RPCs answer as a Triton without a GPU.
 """
 
@@ -33,8 +33,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError, wire_message, wire_status
-from triton_nb.server.logs import LogSettings
-from triton_nb.server.protocol import (
+from triton_nb.server.frontends.protocol import (
     SERVER_EXTENSIONS,
     SERVER_NAME,
     WireLimits,
@@ -44,8 +43,9 @@ from triton_nb.server.protocol import (
     check_shape,
     classify,
 )
-from triton_nb.server.request_codec import RequestParameters, infer_request, parse_parameters, parse_version
-from triton_nb.server.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
+from triton_nb.server.frontends.request_codec import RequestParameters, infer_request, parse_parameters, parse_version
+from triton_nb.server.frontends.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
+from triton_nb.server.observability.logs import LogSettings
 from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:

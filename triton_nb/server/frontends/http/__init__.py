@@ -1,0 +1,1 @@
+"""The KServe v2 / Triton HTTP front end: the ASGI application and its connections."""

@@ -1,0 +1,2 @@
+"""Scheduling a checked request: the dynamic and sequence batchers, ensembles, the rate limiter, and
+the futures they resolve."""
