@@ -25,7 +25,7 @@ from triton_nb import serve
 from triton_nb.errors import InvalidArgumentError, NotFoundError, TritonNBError, wire_status
 from triton_nb.fraud.encoding import RAW_INPUT_COLUMNS
 from triton_nb.repository import export_fraud_repository
-from triton_nb.server.models.checks import _check_request
+from triton_nb.server.models.checks import check_request
 from triton_nb.tensors import InferRequest, numpy_to_triton_dtype, text_to_bytes
 
 MAX_STRING_BYTES = 4096
@@ -224,10 +224,10 @@ def test_the_string_limit_counts_utf8_bytes_and_refuses_bad_settings(tmp_path, t
         tensors = {name: np.array([[b"a"]], dtype=object) if array.dtype.kind == "O" else array
                    for name, array in _ensemble_inputs(fraud_frame, rows=1).items()}
         tensors["Merchant City"] = np.array([["ü" * 4]], dtype=object)  # 4 characters, 8 bytes: fits
-        _check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
+        check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
         tensors["Merchant City"] = np.array([["ü" * 5]], dtype=object)  # 5 characters, 10 bytes
         with pytest.raises(InvalidArgumentError, match=r"'Merchant City' .* 10-byte element, over the 8-byte"):
-            _check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
+            check_request(target, InferRequest("ensemble", tensors), max_string_bytes=8)
         tensors["Merchant City"] = np.array([[b"123456789"]], dtype="S9")  # fixed-width bytes arrays too
         with pytest.raises(InvalidArgumentError, match=r"9-byte element, over the 8-byte"):
             server.infer(InferRequest("ensemble", tensors), timeout_s=60)
@@ -306,19 +306,19 @@ def test_the_first_step_checks_only_the_batch_size_it_may_bound_lower(server, fr
 
 
 def test_a_step_whose_specs_differ_from_the_ensembles_is_checked_in_full(server):
-    from triton_nb.server.models.checks import _passes_as_given
+    from triton_nb.server.models.checks import passes_as_given
 
     ensemble = server._manager.resolve("ensemble", -1)
     step = ensemble.ensemble.plan[0]
     preprocessing = server._manager.resolve("preprocessing", -1)
     specs = dict(ensemble.inputs)
-    assert _passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
-    assert not _passes_as_given(preprocessing, specs, False, step.inputs, step.requested)  # batching differs
-    assert not _passes_as_given(preprocessing, specs, True, step.inputs[1:], step.requested)  # an input not given
-    assert not _passes_as_given(preprocessing, specs, True, step.inputs, (*step.requested, "nope"))  # no such output
+    assert passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
+    assert not passes_as_given(preprocessing, specs, False, step.inputs, step.requested)  # batching differs
+    assert not passes_as_given(preprocessing, specs, True, step.inputs[1:], step.requested)  # an input not given
+    assert not passes_as_given(preprocessing, specs, True, step.inputs, (*step.requested, "nope"))  # no such output
     other = next(name for name, spec in specs.items() if spec.dtype.kind == "f")
     specs[other] = next(spec for spec in specs.values() if spec.dtype.kind == "O")  # FP32 checked as BYTES
-    assert not _passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
+    assert not passes_as_given(preprocessing, specs, True, step.inputs, step.requested)
 
 
 def test_a_signature_that_passed_before_still_has_each_requests_own_values_checked(server, fraud_frame):
@@ -328,40 +328,40 @@ def test_a_signature_that_passed_before_still_has_each_requests_own_values_check
     target = server._manager.resolve("ensemble", -1)
     target.conforming.clear()
     good = _ensemble_inputs(fraud_frame, rows=1)
-    _check_request(target, InferRequest("ensemble", good), max_string_bytes=64)
+    check_request(target, InferRequest("ensemble", good), max_string_bytes=64)
     assert len(target.conforming) == 1
-    _check_request(target, InferRequest("ensemble", dict(good)), max_string_bytes=64)
+    check_request(target, InferRequest("ensemble", dict(good)), max_string_bytes=64)
     assert len(target.conforming) == 1  # the same signature, looked up
 
     def with_city(value) -> dict[str, np.ndarray]:
         return {**good, "Merchant City": np.array([[value]], dtype=object)}
 
     with pytest.raises(InvalidArgumentError, match=r"'Merchant City' for model 'ensemble' has a 65-byte element"):
-        _check_request(target, InferRequest("ensemble", with_city(b"x" * 65)), max_string_bytes=64)
-    _check_request(target, InferRequest("ensemble", with_city("ü" * 32)), max_string_bytes=64)  # 64 bytes: fits
+        check_request(target, InferRequest("ensemble", with_city(b"x" * 65)), max_string_bytes=64)
+    check_request(target, InferRequest("ensemble", with_city("ü" * 32)), max_string_bytes=64)  # 64 bytes: fits
     with pytest.raises(InvalidArgumentError, match=r"'Merchant City' .* has a 66-byte element, over the 64-byte limit"):
-        _check_request(target, InferRequest("ensemble", with_city("ü" * 33)), max_string_bytes=64)
-    _check_request(target, InferRequest("ensemble", with_city(5)), max_string_bytes=64)  # not a string: not ours
+        check_request(target, InferRequest("ensemble", with_city("ü" * 33)), max_string_bytes=64)
+    check_request(target, InferRequest("ensemble", with_city(5)), max_string_bytes=64)  # not a string: not ours
     assert len(target.conforming) == 1
 
     two = _ensemble_inputs(fraud_frame, rows=2)
-    _check_request(target, InferRequest("ensemble", two), max_string_bytes=64)
+    check_request(target, InferRequest("ensemble", two), max_string_bytes=64)
     with pytest.raises(InvalidArgumentError, match=r"batch-size must be <= 1 for 'ensemble'"):
-        _check_request(target, InferRequest("ensemble", two), live_max_batch_size=1)
+        check_request(target, InferRequest("ensemble", two), live_max_batch_size=1)
     with pytest.raises(InvalidArgumentError, match=r"unexpected inference output 'nope' for model 'ensemble'"):
-        _check_request(target, InferRequest("ensemble", good, requested_outputs=["nope"]))
+        check_request(target, InferRequest("ensemble", good, requested_outputs=["nope"]))
     with pytest.raises(InvalidArgumentError, match=r"inference input 'User' data-type is 'FP64'"):
-        _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].astype(np.float64)}))
+        check_request(target, InferRequest("ensemble", {**good, "User": good["User"].astype(np.float64)}))
     with pytest.raises(InvalidArgumentError, match=r"unexpected shape for input 'User'"):
-        _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].reshape(1, 1, 1)}))
+        check_request(target, InferRequest("ensemble", {**good, "User": good["User"].reshape(1, 1, 1)}))
     with pytest.raises(InvalidArgumentError, match=r"input 'User' must be a numpy array"):
-        _check_request(target, InferRequest("ensemble", {**good, "User": [[1.0]]}))
+        check_request(target, InferRequest("ensemble", {**good, "User": [[1.0]]}))
     assert len(target.conforming) == 2  # rows 1 and rows 2; what failed is not kept
 
     class Tagged(np.ndarray):  # a subclass passes, as before, by the full check, and is not kept
         pass
 
-    _check_request(target, InferRequest("ensemble", {**good, "User": good["User"].view(Tagged)}))
+    check_request(target, InferRequest("ensemble", {**good, "User": good["User"].view(Tagged)}))
     assert len(target.conforming) == 2
 
 
@@ -372,7 +372,7 @@ def test_the_table_of_signatures_that_passed_stays_bounded(server, fraud_frame):
     target.conforming.clear()
     many = _ensemble_inputs(fraud_frame, rows=_MAX_SIGNATURES + 20)
     for rows in range(1, _MAX_SIGNATURES + 21):
-        _check_request(target, InferRequest("ensemble", {name: array[:rows] for name, array in many.items()}))
+        check_request(target, InferRequest("ensemble", {name: array[:rows] for name, array in many.items()}))
         assert 1 <= len(target.conforming) <= _MAX_SIGNATURES
 
 
@@ -387,4 +387,4 @@ def test_a_batching_models_request_without_inputs_is_left_to_the_full_check():
                              required=frozenset(), outputs=frozenset({"y"}), conforming={})
     assert not _conforms(target, InferRequest("m", {}), 8, None)
     assert not target.conforming
-    _check_request(target, InferRequest("m", {}))  # what the full check makes of it: no input, nothing wrong
+    check_request(target, InferRequest("m", {}))  # what the full check makes of it: no input, nothing wrong

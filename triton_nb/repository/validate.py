@@ -41,7 +41,7 @@ def validate_repository(path: str | os.PathLike[str]) -> list[Problem]:
     for entry in scan.models.values():
         problems.extend(_check_entry(entry))
         if entry.config is not None and is_ensemble(entry.config):
-            problems.extend(_check_ensemble(entry, scan))
+            problems.extend(check_ensemble(entry, scan))
     return problems
 
 
@@ -95,7 +95,7 @@ def _type_name(data_type: int) -> str:
     return mc.DataType.Name(data_type)
 
 
-def _check_ensemble(entry: ModelEntry, scan: RepositoryScan) -> list[Problem]:
+def check_ensemble(entry: ModelEntry, scan: RepositoryScan) -> list[Problem]:
     config: ModelConfig = entry.config
     name = entry.name
     problems: list[Problem] = []

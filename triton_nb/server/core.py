@@ -48,9 +48,9 @@ from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache,
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.frontends.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.frontends.shared_memory import SharedMemoryRegistry
-from triton_nb.server.models.checks import CheckedVersion, _check_request
+from triton_nb.server.models.checks import CheckedVersion, check_request
 from triton_nb.server.models.instances import InstanceOptions, set_instance_count
-from triton_nb.server.models.manager import ModelManager, _Model, _Version
+from triton_nb.server.models.manager import ManagedModel, ManagedVersion, ModelManager
 from triton_nb.server.observability.logs import LogSettings
 from triton_nb.server.observability.stats import ModelStats, ServerStats
 from triton_nb.server.scheduling.futures import ResponseFuture
@@ -134,7 +134,7 @@ class Server:
                                      instance_options=self._instance_options,
                                      auto_complete_config=not settings.disable_auto_complete_config)
         # bound once: resolving is on every request's path, and a delegating method costs a frame
-        self._resolve: Callable[[str, int], _Version] = self._manager.resolve
+        self._resolve: Callable[[str, int], ManagedVersion] = self._manager.resolve
         # the first-response histogram's buckets come from the serving version's model_metrics
         self.stats.model_metrics = lambda name, version: self._resolve(name, version).config.model_metrics
         self._cache_switches = CacheSwitches(self._resolve)
@@ -388,7 +388,7 @@ class Server:
         return self._manager.poll_once()
 
     @property
-    def _models(self) -> dict[str, _Model]:
+    def _models(self) -> dict[str, ManagedModel]:
         """The model manager's records by name, for diagnostics that look inside (read only)."""
         return self._manager.models
 
@@ -529,7 +529,7 @@ class Server:
         for attempt in range(3):
             target = self._resolve(request.model_name, request.model_version)
             try:
-                _check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
+                check_request(target, request, target.scheduler.settings.max_batch_size if target.scheduler else None,
                                max_string_bytes, given=given is not None and given(target))
             except TritonNBError:
                 # refused before it was scheduled: an error returned, no response sent (Triton's InferAsync)
@@ -579,12 +579,12 @@ class Server:
         Triton's JSON form. ``version``: a number, or None for the one the version policy serves."""
         return self._effective_config(self._target(name, version))
 
-    def _target(self, name: str, version: int | None) -> _Version:
+    def _target(self, name: str, version: int | None) -> ManagedVersion:
         """The loaded version a public call names (None: the latest, the manager's -1)."""
         number = version_or_latest(version, stacklevel=5)
         return self._resolve(name, -1 if number is None else number)
 
-    def _effective_config(self, target: _Version) -> ModelConfig:
+    def _effective_config(self, target: ManagedVersion) -> ModelConfig:
         config = ModelConfig()
         config.CopyFrom(target.config)
         if target.scheduler is not None:

@@ -1,8 +1,8 @@
 """Request checks: a request against the config of the model version it resolved to.
 
-Before a request is queued, :func:`_check_request` compares its input names, datatypes, shapes,
+Before a request is queued, :func:`check_request` compares its input names, datatypes, shapes,
 batch size, string lengths and requested outputs with the model's config; after a batch ran,
-:func:`_filter_outputs` stamps each response with the model's name and version and keeps the
+:func:`filter_outputs` stamps each response with the model's name and version and keeps the
 outputs the request asked for.
 
 Contract: the checks read a version only through :class:`CheckedVersion` (the model manager's
@@ -40,7 +40,7 @@ _MAX_SIGNATURES = 256  # per version, in :attr:`CheckedVersion.conforming`
 
 
 @dataclass(frozen=True)
-class _TensorSpec:
+class TensorSpec:
     """One config input, read once: checking every request against the protobuf is slow."""
 
     dtype: np.dtype
@@ -49,7 +49,7 @@ class _TensorSpec:
     strings: bool = False  # BYTES: element lengths are bounded
 
     @classmethod
-    def of(cls, tensor: mc.ModelInput) -> _TensorSpec:
+    def of(cls, tensor: mc.ModelInput) -> TensorSpec:
         dims = tuple(tensor.dims)
         dtype = triton_to_numpy_dtype(mc.DataType.Name(tensor.data_type))
         return cls(dtype, dims, -1 in dims, dtype.kind == "O")
@@ -61,13 +61,13 @@ class CheckedVersion(Protocol):
     name: str
     version: int
     config: ModelConfig
-    inputs: dict[str, _TensorSpec]  # by name, in config order
+    inputs: dict[str, TensorSpec]  # by name, in config order
     required: frozenset[str]  # the inputs that are not optional
     outputs: frozenset[str]
     conforming: dict[tuple, _Passed]  # signatures that passed :func:`_conforms`, learned as they come
 
 
-def _check_request(target: CheckedVersion, request: InferRequest, live_max_batch_size: int | None = None,
+def check_request(target: CheckedVersion, request: InferRequest, live_max_batch_size: int | None = None,
                    max_string_bytes: int | None = None, *, given: bool = False) -> None:
     """Names, datatypes and shapes against the config, before the request is queued. The
     messages are Triton's own (``InferenceRequest::Normalize``), so a client sees the same text
@@ -75,7 +75,7 @@ def _check_request(target: CheckedVersion, request: InferRequest, live_max_batch
 
     ``live_max_batch_size`` is the scheduler's current limit, which a live update may have
     lowered below the config's; ``max_string_bytes`` bounds each element of a BYTES input.
-    ``given``: the request's inputs passed an equal check already (:func:`_passes_as_given`),
+    ``given``: the request's inputs passed an equal check already (:func:`passes_as_given`),
     so only its batch size, which this model may bound lower, is left to check."""
     limit = live_max_batch_size or target.config.max_batch_size
     if given and (limit <= 0 or request.batch_size(True) <= limit):
@@ -209,7 +209,7 @@ def _check_strings(model: str, inputs: Mapping[str, np.ndarray], passed: _Passed
         _check_string_lengths(model, name, inputs[name], limit)
 
 
-def _passes_as_given(target: CheckedVersion, checked: Mapping[str, _TensorSpec], batching: bool,
+def passes_as_given(target: CheckedVersion, checked: Mapping[str, TensorSpec], batching: bool,
                      inputs: tuple[tuple[str, str], ...], requested: tuple[str, ...]) -> bool:
     """Whether a request passes ``target``'s check as it stands, its batch size aside, when each of
     its ``inputs`` (the target's input name, the tensor it is) is a tensor of a request that passed
@@ -252,7 +252,7 @@ def _names(names: Any) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
-def _shape_message(model: str, tensor: str, request: InferRequest, spec: _TensorSpec, shape: tuple[int, ...],
+def _shape_message(model: str, tensor: str, request: InferRequest, spec: TensorSpec, shape: tuple[int, ...],
                    batching: bool) -> str:
     expected = ",".join(str(d) for d in ((-1,) if batching else ()) + spec.dims)
     message = (f"[request id: {request.request_id or '<id_unknown>'}] unexpected shape for input '{tensor}' for "
@@ -272,7 +272,7 @@ def _datatype_name(dtype: np.dtype) -> str:
         return f"<invalid: numpy {dtype}>"
 
 
-def _filter_outputs(version: CheckedVersion, request: InferRequest, response: InferResponse) -> InferResponse:
+def filter_outputs(version: CheckedVersion, request: InferRequest, response: InferResponse) -> InferResponse:
     """Stamp a response with its model and request, keeping the requested outputs (all when the
     request named none); a requested output the model did not produce fails that response."""
     if response.error is not None:

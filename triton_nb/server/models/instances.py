@@ -4,7 +4,7 @@ A model version has ``instance_group.count`` instances; each is one backend obje
 or onnxruntime, by the config's ``backend``) on a worker thread of the version's scheduler.
 :func:`add_instance` builds the instance's :class:`~triton_nb.backends.base.ModelContext`,
 creates the backend (construct = load) and hands it to the scheduler; :func:`set_instance_count`
-adds or retires instances of a serving version; :func:`_run_batch` is what a worker calls for
+adds or retires instances of a serving version; :func:`run_batch` is what a worker calls for
 each batch: it times the queue, compute_input, compute_infer and compute_output phases of every
 request, keeps the requested outputs and records the execution in the version's statistics.
 
@@ -27,7 +27,7 @@ from triton_nb.backends.backend_config import PythonBackendOptions
 from triton_nb.backends.base import Backend, ModelContext, ServerHandle
 from triton_nb.backends.registry import backend_factory
 from triton_nb.errors import InternalError, InvalidArgumentError, TritonNBError
-from triton_nb.server.models.checks import CheckedVersion, _filter_outputs
+from triton_nb.server.models.checks import CheckedVersion, filter_outputs
 from triton_nb.server.models.warmup import warm_up_instance
 from triton_nb.server.observability.stats import ModelStats
 from triton_nb.server.scheduling.batcher import Scheduler
@@ -133,7 +133,7 @@ def set_instance_count(version: ServedVersion, count: int, *, repository: Path, 
             backend.finalize()
 
 
-def _run_batch(version: ServedVersion, backend: Backend, requests: list[InferRequest]) -> list[InferResponse]:
+def run_batch(version: ServedVersion, backend: Backend, requests: list[InferRequest]) -> list[InferResponse]:
     """Execute one batch on one instance: the scheduler's worker calls this for every batch."""
     started = time.monotonic_ns()
     counted = 0
@@ -145,7 +145,7 @@ def _run_batch(version: ServedVersion, backend: Backend, requests: list[InferReq
     responses = backend.execute(requests)
     after_infer = time.monotonic_ns()
     if responses is not None:
-        responses = [_filter_outputs(version, request, response) for request, response in zip(
+        responses = [filter_outputs(version, request, response) for request, response in zip(
             requests, responses, strict=False)]
     finished = time.monotonic_ns()
     timing = {"compute_input": before_infer - started, "compute_infer": after_infer - before_infer,

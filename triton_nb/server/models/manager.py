@@ -1,7 +1,7 @@
 """The model manager: which model versions are loaded, in what state, and which one a request gets.
 
-:class:`ModelManager` keeps one record per model name (:class:`_Model`) holding its serving
-versions (:class:`_Version`: config, statistics, scheduler or ensemble), each version's state —
+:class:`ModelManager` keeps one record per model name (:class:`ManagedModel`) holding its serving
+versions (:class:`ManagedVersion`: config, statistics, scheduler or ensemble), each version's state —
 LOADING, READY, UNAVAILABLE (with a reason), UNLOADING (:class:`ModelState`) — and the
 fingerprints poll mode compares. It loads, reloads, unloads and polls the repository; writes a
 load's file overrides into a private copy of the model folder; and resolves a name and version
@@ -49,8 +49,8 @@ from triton_nb.repository.layout import (
     scan_repository,
     select_versions,
 )
-from triton_nb.server.models.checks import _TensorSpec
-from triton_nb.server.models.instances import InstanceOptions, _run_batch, add_instance
+from triton_nb.server.models.checks import TensorSpec
+from triton_nb.server.models.instances import InstanceOptions, add_instance, run_batch
 from triton_nb.server.observability.stats import ModelStats, ServerStats
 from triton_nb.server.scheduling.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.scheduling.ensemble import EnsembleScheduler, Submit
@@ -72,7 +72,7 @@ class ModelState:
 
 
 @dataclass
-class _Version:
+class ManagedVersion:
     """One loaded, serving model version."""
 
     name: str
@@ -85,13 +85,13 @@ class _Version:
     next_instance: int = 0
     rate_limiter: RateLimiter | None = None  # the server's, when it rate-limits (--rate-limit execution_count)
     # The config's tensors, read once: checking every request against the protobuf is slow.
-    inputs: dict[str, _TensorSpec] = field(default_factory=dict)
+    inputs: dict[str, TensorSpec] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
     outputs: frozenset[str] = frozenset()
     conforming: dict = field(default_factory=dict)  # the request checks' table (checks._conforms)
 
     def __post_init__(self) -> None:
-        self.inputs = {t.name: _TensorSpec.of(t) for t in self.config.input}
+        self.inputs = {t.name: TensorSpec.of(t) for t in self.config.input}
         self.required = frozenset(t.name for t in self.config.input if not t.optional)
         self.outputs = frozenset(t.name for t in self.config.output)
 
@@ -101,11 +101,11 @@ class _Version:
 
 
 @dataclass
-class _Model:
+class ManagedModel:
     """Everything the server knows about one model name."""
 
     name: str
-    versions: dict[int, _Version] = field(default_factory=dict)  # the serving set, swapped whole
+    versions: dict[int, ManagedVersion] = field(default_factory=dict)  # the serving set, swapped whole
     states: dict[int, tuple[str, str]] = field(default_factory=dict)  # version -> (state, reason)
     fingerprints: dict[int, str] = field(default_factory=dict)
     override_dir: Path | None = None
@@ -143,7 +143,7 @@ class ModelManager:
         self._server = server
         self._infer_step = infer_step
         self._exit_timeout_secs = exit_timeout_secs
-        self.models: dict[str, _Model] = {}  # changed under models_lock; resolve reads it bare
+        self.models: dict[str, ManagedModel] = {}  # changed under models_lock; resolve reads it bare
         self.models_lock = threading.RLock()
         self._stopping = False
         self._stop_event = threading.Event()
@@ -208,7 +208,7 @@ class ModelManager:
         backends = scheduler.instances()
         return bool(backends) and all(getattr(backend, "rows_independent", False) for backend in backends)
 
-    def resolve(self, name: str, version: int = -1) -> _Version:
+    def resolve(self, name: str, version: int = -1) -> ManagedVersion:
         """The version serving ``name`` at ``version`` (-1 or 0: the highest), else NotFoundError
         in Triton's words."""
         # no lock: a dict read is atomic, and a lock taken by every request is one more place for
@@ -376,11 +376,11 @@ class ModelManager:
             if version.ensemble is not None and any(s.model_name == name for s in version.ensemble.steps)
         })
 
-    def _model_record(self, name: str) -> _Model:
+    def _model_record(self, name: str) -> ManagedModel:
         with self.models_lock:
-            return self.models.setdefault(name, _Model(name))
+            return self.models.setdefault(name, ManagedModel(name))
 
-    def _write_overrides(self, model: _Model, files: dict[str, bytes | str]) -> Path:
+    def _write_overrides(self, model: ManagedModel, files: dict[str, bytes | str]) -> Path:
         """Write override files into a private copy of the model folder, confined to it."""
         target = Path(tempfile.mkdtemp(prefix=f"{model.name}-", dir=self._workdir)) / model.name
         target.mkdir()
@@ -442,7 +442,7 @@ class ModelManager:
         self.config_warnings[name] = warnings
         return effective
 
-    def _load_versions(self, name: str, source: Path, override: Any) -> list[_Version]:
+    def _load_versions(self, name: str, source: Path, override: Any) -> list[ManagedVersion]:
         config = self._read_config(name, source, override)
         available = sorted(int(p.name) for p in source.iterdir() if p.is_dir() and p.name.isdigit())
         versions = select_versions(config, available)
@@ -450,7 +450,7 @@ class ModelManager:
             raise NotFoundError(f"model '{name}': no version folder matches the version policy (found {available})")
         if is_ensemble(config):
             self._prepare_ensemble(name, config)
-        loaded: list[_Version] = []
+        loaded: list[ManagedVersion] = []
         model = self._model_record(name)
         try:
             for number in versions:
@@ -464,7 +464,7 @@ class ModelManager:
 
     def _prepare_ensemble(self, name: str, config: ModelConfig) -> None:
         """Load the composing models, then check the ensemble against their configs."""
-        from triton_nb.repository.validate import _check_ensemble
+        from triton_nb.repository.validate import check_ensemble
 
         entries = {}
         for step in config.ensemble_scheduling.step:
@@ -481,7 +481,7 @@ class ModelManager:
             entries[composing] = ModelEntry(composing, self.model_folder(composing), version.config,
                                             versions=[version.version])
         entries[name] = ModelEntry(name, self.model_folder(name), config, versions=[1])
-        problems = [p for p in _check_ensemble(entries[name], RepositoryScan(self.repository, entries))
+        problems = [p for p in check_ensemble(entries[name], RepositoryScan(self.repository, entries))
                     if p.severity == "error"]
         if problems:
             raise InvalidArgumentError("; ".join(str(p) for p in problems))
@@ -492,17 +492,17 @@ class ModelManager:
             model = self.models.get(name)
         return model is not None and bool(model.versions)
 
-    def _load_version(self, name: str, number: int, config: ModelConfig, source: Path) -> _Version:
+    def _load_version(self, name: str, number: int, config: ModelConfig, source: Path) -> ManagedVersion:
         serving = number in self._model_record(name).versions
         # a reload counts apart until it is swapped in: its warm-up must not add to the serving counts
         stats = self.stats.fresh(name, number) if serving else self.stats.model(name, number)
-        version = _Version(name, number, config, source / str(number), stats, rate_limiter=self.rate_limiter)
+        version = ManagedVersion(name, number, config, source / str(number), stats, rate_limiter=self.rate_limiter)
         if is_ensemble(config):
             version.ensemble = EnsembleScheduler(name, number, config, self._infer_step, stats=stats,
                                                  carry=self._accepts_carried, input_specs=version.inputs)
             return version
         def run(backend: object, requests: list) -> list:
-            return _run_batch(version, backend, requests)
+            return run_batch(version, backend, requests)
 
         if config.HasField("sequence_batching"):
             version.scheduler = SequenceScheduler(name, number, config, run, model_path=source, stats=stats)
@@ -518,7 +518,7 @@ class ModelManager:
             raise
         return version
 
-    def _retire_version(self, version: _Version, *, drain: bool, wait: bool) -> None:
+    def _retire_version(self, version: ManagedVersion, *, drain: bool, wait: bool) -> None:
         """Stop a version's scheduler and finalize its instances (in the background unless wait)."""
         def retire() -> None:
             if version.scheduler is None:
@@ -539,7 +539,7 @@ class ModelManager:
             self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
             thread.start()
 
-    def _fingerprints(self, source: Path, loaded: list[_Version]) -> dict[int, str]:
+    def _fingerprints(self, source: Path, loaded: list[ManagedVersion]) -> dict[int, str]:
         entry = ModelEntry(source.name, source, None)
         return {v.version: entry.fingerprint(v.version) for v in loaded}
 

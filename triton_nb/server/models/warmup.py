@@ -35,7 +35,7 @@ from typing import Protocol
 from triton_nb.backends.base import Backend
 from triton_nb.errors import InvalidArgumentError, TritonNBError
 from triton_nb.repository.warmup import WarmupSample, warmup_samples
-from triton_nb.server.models.checks import CheckedVersion, _check_request
+from triton_nb.server.models.checks import CheckedVersion, check_request
 from triton_nb.server.observability.stats import ModelStats
 from triton_nb.tensors import InferRequest, InferResponse
 
@@ -88,7 +88,7 @@ def _requests(version: WarmedVersion, sample: WarmupSample) -> list[InferRequest
         declared = InferRequest(model_name=version.name, model_version=version.version,
                                 inputs={n: a for n, a in request.inputs.items() if n in version.inputs})
         try:
-            _check_request(version, declared)
+            check_request(version, declared)
         except TritonNBError as exc:
             raise InvalidArgumentError(f"model '{version.name}' version {version.version}: warmup sample "
                                        f"'{sample.name}': {exc}") from None

@@ -215,7 +215,7 @@ class SchedulerSettings:
 
 
 @dataclass
-class _Pending:
+class PendingRequest:
     request: InferRequest
     future: Future
     rows: int
@@ -225,7 +225,7 @@ class _Pending:
     delayed: bool = False
 
 
-class _Worker:
+class InstanceWorker:
     """One model instance: a thread that owns the backend object and runs one batch at a time."""
 
     def __init__(self, scheduler: Scheduler, instance: object, name: str,
@@ -233,7 +233,7 @@ class _Worker:
         self.instance = instance
         self.gate = gate  # held around each batch: the rate limiter's (None: no rate limiting)
         self.retire = False
-        self.running: list[_Pending] = []  # the batch it executes now (failed by a stop that times out)
+        self.running: list[PendingRequest] = []  # the batch it executes now (failed by a stop that times out)
         self.thread = threading.Thread(target=scheduler._work, args=(self,), name=name, daemon=True)
 
 
@@ -266,28 +266,28 @@ class Scheduler:
         # (triton_nb._locks)
         self._lock = YieldingLock(reentrant=True)
         self._cond = threading.Condition(self._lock)
-        self._former: _Worker | None = None  # the worker whose turn it is to form a batch
-        self._queues: dict[int, deque[_Pending]] = {}
-        self._delayed: deque[_Pending] = deque()
+        self._former: InstanceWorker | None = None  # the worker whose turn it is to form a batch
+        self._queues: dict[int, deque[PendingRequest]] = {}
+        self._delayed: deque[PendingRequest] = deque()
         # Kept with the queues so that enqueue decides in O(1) whether a batch may be full, and a
         # worker skips the timeout scan when no queued request has a deadline.
         self._queued_rows = 0
         self._signatures: dict[tuple, tuple] = {}
         self._signature_of: dict[tuple, tuple[int, tuple]] = {}  # (batching, names, shapes) -> (rows, signature)
         self._with_deadline = 0
-        self._workers: list[_Worker] = []
+        self._workers: list[InstanceWorker] = []
         self._sequence = itertools.count()
         self._stopping = False
         # preserve_ordering: responses wait here until every earlier dispatch has answered.
         self._release_lock = threading.Lock()
         self._next_release = 0
-        self._held: dict[int, tuple[list[_Pending], list[InferResponse] | BaseException]] = {}
+        self._held: dict[int, tuple[list[PendingRequest], list[InferResponse] | BaseException]] = {}
         self._dispatch_counter = itertools.count()
 
     # ------------------------------------------------------------------ instances
     def add_instance(self, instance: object, name: str, gate: contextlib.AbstractContextManager | None = None) -> None:
         """Serve with one more instance; ``gate`` (the rate limiter's) is held around each of its batches."""
-        worker = _Worker(self, instance, name, gate)
+        worker = InstanceWorker(self, instance, name, gate)
         with self._cond:
             self._workers.append(worker)
         worker.thread.start()
@@ -382,7 +382,7 @@ class Scheduler:
             deadline = request.arrival_ns + timeout * 1000 if timeout else 0
             was_empty = self._queued_rows == 0
             head = None if was_empty else self._head()
-            queue.append(_Pending(request, future, rows, shapes, deadline, next(self._sequence)))
+            queue.append(PendingRequest(request, future, rows, shapes, deadline, next(self._sequence)))
             if self._stats is not None:
                 self._stats.pending_add(request.counted_requests())
             self._queued_rows += rows
@@ -398,7 +398,7 @@ class Scheduler:
                     or self._queued_rows >= settings.smallest_target):
                 self._cond.notify_all()
 
-    def _head(self) -> _Pending | None:
+    def _head(self) -> PendingRequest | None:
         """The request a batch would start with (under _cond)."""
         queues = self._queues
         if len(queues) == 1 and not self._delayed:  # one priority level, the usual case: no sort
@@ -416,7 +416,7 @@ class Scheduler:
         for level, queue in self._queues.items():
             if not any(p.deadline_ns and p.deadline_ns <= now for p in queue):
                 continue
-            keep: deque[_Pending] = deque()
+            keep: deque[PendingRequest] = deque()
             for pending in queue:
                 if pending.deadline_ns and pending.deadline_ns <= now:
                     self._with_deadline -= 1
@@ -433,14 +433,14 @@ class Scheduler:
                     keep.append(pending)
             self._queues[level] = keep
 
-    def _ordered(self) -> list[_Pending]:
-        ordered: list[_Pending] = []
+    def _ordered(self) -> list[PendingRequest]:
+        ordered: list[PendingRequest] = []
         for level in sorted(self._queues):
             ordered.extend(self._queues[level])
         ordered.extend(self._delayed)
         return ordered
 
-    def _take(self, chosen: list[_Pending]) -> int:
+    def _take(self, chosen: list[PendingRequest]) -> int:
         """Take ``chosen`` off the queues (under _cond); returns its rows."""
         rows = sum(p.rows for p in chosen)
         self._queued_rows -= rows
@@ -461,10 +461,10 @@ class Scheduler:
         self._delayed = deque(p for p in self._delayed if id(p) not in ids)
         return rows
 
-    def _exit_due(self, worker: _Worker) -> bool:
+    def _exit_due(self, worker: InstanceWorker) -> bool:
         return worker.retire or (self._stopping and not self._ordered())
 
-    def _next_batch(self, worker: _Worker) -> list[_Pending] | None:
+    def _next_batch(self, worker: InstanceWorker) -> list[PendingRequest] | None:
         """Block until it is this worker's turn and a batch is due; None when it should exit."""
         with self._cond:
             while self._former is not None:
@@ -478,7 +478,7 @@ class Scheduler:
                 self._former = None
                 self._cond.notify_all()
 
-    def _form(self, worker: _Worker) -> list[_Pending] | None:
+    def _form(self, worker: InstanceWorker) -> list[PendingRequest] | None:
         """Form the next batch (this worker holds the turn and ``_cond``) and count why it leaves."""
         # when this worker took the forming turn: a delay that fell due before it held no batch
         # back (the requests waited for an instance), one that fell due after it did
@@ -559,7 +559,7 @@ class Scheduler:
             self._stats.count_batch(reason, rows)
 
     # ------------------------------------------------------------------ running
-    def _work(self, worker: _Worker) -> None:
+    def _work(self, worker: InstanceWorker) -> None:
         _tighten_timer_slack()
         while True:
             batch = self._next_batch(worker)
@@ -567,14 +567,14 @@ class Scheduler:
                 return
             self._dispatch(worker, batch)
 
-    def _dispatch(self, worker: _Worker, batch: list[_Pending]) -> None:
+    def _dispatch(self, worker: InstanceWorker, batch: list[PendingRequest]) -> None:
         worker.running = batch
         try:
             self._execute(worker, batch)
         finally:
             worker.running = []
 
-    def _execute(self, worker: _Worker, batch: list[_Pending]) -> None:
+    def _execute(self, worker: InstanceWorker, batch: list[PendingRequest]) -> None:
         order = next(self._dispatch_counter)
         # the client gave up waiting, or the request was cancelled while queued (a BLS caller's
         # ResponseIterator.cancel()): neither runs, as Triton's batcher skips cancelled requests
@@ -611,7 +611,7 @@ class Scheduler:
         else:
             self._settle(live, outcome)
 
-    def _release_in_order(self, order: int, batch: list[_Pending], outcome: object) -> None:
+    def _release_in_order(self, order: int, batch: list[PendingRequest], outcome: object) -> None:
         with self._release_lock:
             self._held[order] = (batch, outcome)
             while self._next_release in self._held:
@@ -620,7 +620,7 @@ class Scheduler:
                 self._next_release += 1
 
     # ------------------------------------------------------------------ answering and counting
-    def _settle(self, batch: list[_Pending], outcome: object) -> None:
+    def _settle(self, batch: list[PendingRequest], outcome: object) -> None:
         """Answer an executed batch's requests and count them: the successes in one call."""
         outer = getattr(_answering, "callbacks", None)
         _answering.callbacks = []
@@ -634,7 +634,7 @@ class Scheduler:
                 except Exception:  # what a response set off must not cost the worker its life
                     log.exception("model '%s': a callback after a batch failed", self.model_name)
 
-    def _answer(self, batch: list[_Pending], outcome: object) -> None:
+    def _answer(self, batch: list[PendingRequest], outcome: object) -> None:
         stats = self._stats
         if stats is None:
             _resolve(batch, outcome)
@@ -642,10 +642,10 @@ class Scheduler:
         finished_ns = self._clock_ns()  # the batch's end is each request's end in the server
         # Counted before any response is handed over: a caller that reads the statistics as soon
         # as its response arrives (over the network, too) must find its request in them.
-        answers: list[tuple[_Pending, object, bool]] = []  # (request, what it gets, succeeded)
-        successes: list[_Pending] = []
-        failures: list[_Pending] = []
-        canceled: list[_Pending] = []
+        answers: list[tuple[PendingRequest, object, bool]] = []  # (request, what it gets, succeeded)
+        successes: list[PendingRequest] = []
+        failures: list[PendingRequest] = []
+        canceled: list[PendingRequest] = []
         responses = outcome if isinstance(outcome, list) else [outcome] * len(batch)
         for pending, response in zip(batch, responses, strict=True):
             if pending.future.done():  # cancelled while it ran, or failed by a stop that timed out (counted there)
@@ -679,7 +679,7 @@ class Scheduler:
             except InvalidStateError:  # its caller gave up just now
                 pass
 
-    def _count_failures(self, batch: list[_Pending], reason: str, now_ns: int | None = None) -> None:
+    def _count_failures(self, batch: list[PendingRequest], reason: str, now_ns: int | None = None) -> None:
         if self._stats is None or not batch:
             return
         now_ns = self._clock_ns() if now_ns is None else now_ns
@@ -689,7 +689,7 @@ class Scheduler:
                 self._stats.record_request(success=False, request_ns=max(0, now_ns - pending.request.arrival_ns),
                                            reason=reason, first_response=pending.request.response_sender is None)
 
-    def _reject(self, pending: _Pending, error: BaseException) -> None:
+    def _reject(self, pending: PendingRequest, error: BaseException) -> None:
         """Fail a queued request that never ran, off the pending gauge: Triton's REJECTED (or
         CANCELED when its caller had already given up)."""
         if self._stats is not None:
@@ -751,18 +751,18 @@ def _signature(request: InferRequest, batching: bool) -> tuple[int, tuple]:
     return int(rows), tuple(sorted((name, array.shape[1:]) for name, array in inputs.items()))
 
 
-def _close_gate(worker: _Worker) -> None:
+def _close_gate(worker: InstanceWorker) -> None:
     close = getattr(worker.gate, "close", None)  # a gone instance no longer sizes the rate limiter's pools
     if close is not None:
         close()
 
 
-def _fail(pending: _Pending, error: BaseException) -> None:
+def _fail(pending: PendingRequest, error: BaseException) -> None:
     if not pending.future.done():
         pending.future.set_exception(error)
 
 
-def _resolve(batch: list[_Pending], outcome: object) -> None:
+def _resolve(batch: list[PendingRequest], outcome: object) -> None:
     if isinstance(outcome, BaseException):
         for pending in batch:
             _fail(pending, outcome)

@@ -53,7 +53,7 @@ import numpy as np
 
 from triton_nb.errors import InternalError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
-from triton_nb.server.models.checks import CheckedVersion, _passes_as_given, _TensorSpec
+from triton_nb.server.models.checks import CheckedVersion, TensorSpec, passes_as_given
 from triton_nb.server.observability.stats import ModelStats
 from triton_nb.server.scheduling.batcher import after_batch
 from triton_nb.server.scheduling.futures import ResponseFuture
@@ -119,7 +119,7 @@ class EnsembleScheduler:
 
     def __init__(self, name: str, version: int, config: ModelConfig, submit: Submit, *,
                  stats: ModelStats | None = None, carry: Carry | None = None,
-                 input_specs: Mapping[str, _TensorSpec] | None = None) -> None:
+                 input_specs: Mapping[str, TensorSpec] | None = None) -> None:
         self.name = name
         self.stats = stats
         self.batching = config.max_batch_size > 0
@@ -169,11 +169,11 @@ class EnsembleScheduler:
 
     def _first_step_given(self, target: CheckedVersion) -> bool:
         """Whether the chain's first step, resolved to ``target``, checks its inputs as the ensemble
-        did (see ``checks._passes_as_given``); worked out once per loaded version of that model."""
+        did (see ``checks.passes_as_given``); worked out once per loaded version of that model."""
         verdict = self._given_verdict
         if verdict is None or verdict[0] is not target:
             step = self.plan[self.chain[0]]
-            same = _passes_as_given(target, self._input_specs or {}, self.batching, step.inputs, step.requested)
+            same = passes_as_given(target, self._input_specs or {}, self.batching, step.inputs, step.requested)
             verdict = self._given_verdict = (target, same)
         return verdict[1]
 

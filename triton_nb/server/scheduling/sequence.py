@@ -70,7 +70,13 @@ from triton_nb.errors import InternalError, InvalidArgumentError, UnavailableErr
 from triton_nb.repository.config import ModelConfig
 from triton_nb.repository.sequence_state import StateSpec, state_specs
 from triton_nb.server.observability.stats import ModelStats
-from triton_nb.server.scheduling.batcher import BatchRunner, Scheduler, SchedulerSettings, _Pending, _Worker
+from triton_nb.server.scheduling.batcher import (
+    BatchRunner,
+    InstanceWorker,
+    PendingRequest,
+    Scheduler,
+    SchedulerSettings,
+)
 from triton_nb.tensors import InferRequest, InferResponse
 
 __all__ = ["DEFAULT_MAX_SEQUENCE_IDLE_MICROSECONDS", "SequenceControls", "SequenceScheduler"]
@@ -148,7 +154,7 @@ class SequenceControls:
 
 
 @dataclass(eq=False)
-class _SequencePending(_Pending):
+class _SequencePending(PendingRequest):
     corrid: int | str = 0
     start: bool = False
     end: bool = False
@@ -159,7 +165,7 @@ class _Slot:
     """One sequence slot of one instance: the queue of the sequence it holds (``None`` entries are
     the idle reaper's release marks)."""
 
-    worker: _Worker
+    worker: InstanceWorker
     index: int
     order: int  # breaks ties between instances' slots of the same index: the older instance first
     queue: deque[_SequencePending | None] = field(default_factory=deque)
@@ -228,7 +234,7 @@ class SequenceScheduler(Scheduler):
             self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
             self._targets = ()
             self._utilization = batching.direct.minimum_slot_utilization
-        self._slots: dict[_Worker, list[_Slot]] = {}
+        self._slots: dict[InstanceWorker, list[_Slot]] = {}
         self._free: list[tuple[int, int, _Slot]] = []  # heap: the lowest slot index first, as Triton
         self._active: dict[int | str, _Slot] = {}  # sequence id -> its slot, until its END is queued
         self._backlogs: deque[_Backlog] = deque()
@@ -243,7 +249,7 @@ class SequenceScheduler(Scheduler):
     # ------------------------------------------------------------------ instances and knobs
     def add_instance(self, instance: object, name: str, gate: Any = None) -> None:
         """Serve with one more instance and its sequence slots (a backlogged sequence takes one)."""
-        worker = _Worker(self, instance, name, gate)
+        worker = InstanceWorker(self, instance, name, gate)
         with self._cond:
             slots = [_Slot(worker, i, len(self._slots)) for i in range(self._slot_count)]
             self._slots[worker] = slots
@@ -329,8 +335,8 @@ class SequenceScheduler(Scheduler):
             return
         heapq.heappush(self._free, (slot.index, slot.order, slot))
 
-    def _ordered(self) -> list[_Pending]:
-        queued: list[_Pending] = [p for slots in self._slots.values() for s in slots for p in s.queue
+    def _ordered(self) -> list[PendingRequest]:
+        queued: list[PendingRequest] = [p for slots in self._slots.values() for s in slots for p in s.queue
                                   if p is not None]
         queued.extend(p for backlog in self._backlogs for p in backlog.queue)
         return queued
@@ -362,7 +368,7 @@ class SequenceScheduler(Scheduler):
             self._reaper_stop.wait(max(wait_ns, 1_000_000) / 1e9)
 
     # ------------------------------------------------------------------ forming batches
-    def _next_batch(self, worker: _Worker) -> list[_Pending] | None:
+    def _next_batch(self, worker: InstanceWorker) -> list[PendingRequest] | None:
         """This worker's next batch from its own slots (see the module docstring); None when it
         should exit. Each worker forms its own: slots belong to one."""
         with self._cond:
