@@ -416,7 +416,7 @@ def percentile(ordered: list[float], pct: float) -> float:
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # what a child process of a server is, from its command line
-_PROCESS_KINDS = (("grpc/relay.py", "gRPC relay"), ("http_relay", "HTTP relay"), ("_python_stub", "model processes"),
+_PROCESS_KINDS = (("grpc/relay.py", "gRPC relay"), ("_python_stub", "model processes"),
                   ("triton_python_backend_stub", "model processes"))
 
 
