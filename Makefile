@@ -78,7 +78,7 @@ wrk:
 	  else echo "make bench needs wrk: run 'sudo apt-get install wrk' (Debian/Ubuntu)"; exit 1; fi; \
 	fi
 
-# Every benchmark in bench/ with its defaults, about 10 minutes on 2 cores; bench_frontends.py also
+# Every benchmark in bench/ with its defaults, about 25 minutes on 2 cores; bench_frontends.py also
 # runs real Triton (hence .triton-installed). README's figures come from the runs it names.
 bench: $(BIN)/.triton-installed wrk
 	$(BIN)/python bench/bench_preprocessing.py

@@ -14,8 +14,8 @@ One run, one machine, one trained fraud model, served in turn by
 
 Every request is one row to model ``ensemble``. What the rows are (``--inputs``):
 
-* ``fixed`` (the default) — one row, one XGBoost flags as fraud, in every request: one body, one payload;
-* ``distinct`` — ``--rows`` (4,096) transactions generated with ``--seed`` (not the training frame's
+* ``fixed`` — one row, one XGBoost flags as fraud, in every request: one body, one payload;
+* ``distinct`` (the default) — ``--rows`` (4,096) transactions generated with ``--seed`` (not the training frame's
   seed 0: rows, cardholders and merchants the model never saw), shuffled so that consecutive requests
   come from different cardholders; each request carries the next row, cycled, as live traffic brings a
   new transaction each time. Every server gets the same sequence: each wrk run and each gRPC load
@@ -41,11 +41,11 @@ prediction over both protocols for the fixed row, or, in ``distinct`` mode, for 
 The machine may have only two cores: the servers run one after the other, never together, and
 the load generators stay small (one wrk thread, one gRPC process by default: a second one costs
 the servers more CPU than it adds load). Each point prints the load generator's own CPU use. On a
-busy machine, ``--rounds 3`` alternates the three servers three times (each round starting with the
-next one) and keeps each point's median round.
+busy machine (and by default) ``--rounds 3`` alternates the servers three times (each round starting
+with the next one) and keeps each point's median round.
 
     python bench/bench_frontends.py [--duration-s 8] [--servers real,triton_nb,triton_nb_fil,triton_nb_process]
-                                    [--concurrency 1,16,32] [--rounds 1] [--inputs fixed|distinct]
+                                    [--concurrency 1,16,32] [--rounds 3] [--inputs distinct|fixed]
 """
 
 from __future__ import annotations
@@ -416,8 +416,8 @@ def percentile(ordered: list[float], pct: float) -> float:
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # what a child process of a server is, from its command line
-_PROCESS_KINDS = (("grpc/relay.py", "gRPC relay"), ("_python_stub", "model processes"),
-                  ("triton_python_backend_stub", "model processes"))
+_PROCESS_KINDS = (("http/relay.py", "HTTP relay"), ("grpc/relay.py", "gRPC relay"),
+                  ("_python_stub", "model processes"), ("triton_python_backend_stub", "model processes"))
 
 
 def _process_table() -> dict[int, tuple[int, float]]:
@@ -668,7 +668,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=_csv(int), default=[1, 16, 32])
     parser.add_argument("--duration-s", type=int, default=8, help="measured seconds per point (wrk takes whole s)")
     parser.add_argument("--warmup-s", type=int, default=2, help="load before each measured point, not counted")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=int, default=3,
                         help="measure each server this many times, alternating; each point reports its median round")
     parser.add_argument("--trees", type=int, default=200)
     parser.add_argument("--max-queue-delay-us", type=int, default=None,
@@ -676,7 +676,7 @@ def main() -> None:
     parser.add_argument("--grpc-processes", type=int, default=1,
                         help="gRPC load processes; the concurrency is split among them")
     parser.add_argument("--wrk", default=shutil.which("wrk") or "/usr/bin/wrk")
-    parser.add_argument("--inputs", choices=("fixed", "distinct"), default="fixed",
+    parser.add_argument("--inputs", choices=("fixed", "distinct"), default="distinct",
                         help="fixed: one row in every request; distinct: --rows generated transactions the model "
                              "never saw, a different one in each request, cycled")
     parser.add_argument("--rows", type=int, default=4096, help="distinct rows to cycle through (--inputs distinct)")

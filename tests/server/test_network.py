@@ -389,6 +389,35 @@ def test_the_grpc_relay_process_ends_with_the_server_and_its_loss_spares_http(re
     assert not any(t.name == "triton-nb-frontends" for t in threading.enumerate())
 
 
+def test_the_http_relay_process_ends_with_the_server_and_its_loss_spares_grpc(repo):
+    # HTTP is terminated in a process of its own too; losing it costs HTTP, not the server
+    server = serve(repo, http_port=0, grpc_port=0, exit_timeout_secs=3600)
+    relay = server._frontends._http.process
+    assert relay.poll() is None
+    status, _, answer = _request(server.http_port, "POST", "/v2/models/scale/infer", _infer_body([1.0, 2.0]))
+    assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [2.0, 4.0]
+    relay.kill()
+    relay.wait()
+    assert _refuses_connections(server.http_port)  # nobody listens on the HTTP port any more
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    x = grpcclient.InferInput("X", [1, 2], "FP32")
+    x.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+    np.testing.assert_array_equal(client.infer("scale", [x]).as_numpy("Y"), [[2.0, 4.0]])
+    stopping = threading.Thread(target=server.stop, name="stopping", daemon=True)
+    stopping.start()
+    stopping.join(timeout=WAIT_S)
+    assert not stopping.is_alive(), "stop() waited for the relay that is gone"
+
+
+def test_stopping_ends_the_http_relay_process_after_answering_what_is_in_flight(repo):
+    with serve(repo, http_port=0) as server:
+        relay = server._frontends._http.process
+        assert relay.poll() is None
+        status, _, _ = _request(server.http_port, "GET", "/v2/health/ready")
+        assert status == 200
+    assert relay.poll() is not None
+
+
 def test_stopping_ends_the_grpc_relay_process(repo):
     with serve(repo, grpc_port=0) as server:
         relay = server._frontends._grpc.process
@@ -418,3 +447,12 @@ def test_restricted_apis_need_their_header_over_http_and_grpc(repo):
         assert client.is_server_live()  # health is open
     with pytest.raises(InvalidArgumentError, match="unknown API group 'everything'"):
         serve(repo, http_port=0, http_restricted_api="everything:k=v")
+
+
+def test_both_relays_frame_as_the_server_reads():
+    from triton_nb.server.frontends import relay_process
+    from triton_nb.server.frontends.grpc import relay as grpc_relay
+    from triton_nb.server.frontends.http import relay as http_relay
+
+    # each relay script defines its framing itself (it imports nothing of the package)
+    assert grpc_relay.HEADER.format == http_relay.HEADER.format == relay_process.HEADER.format

@@ -266,8 +266,10 @@ def test_read_and_keep_alive_timeouts_must_be_positive(repo):
 def test_hundreds_of_idle_connections_are_served_around_then_closed(served, errors):
     _assert_serving(served)  # every thread the server starts is started
     relay = served.server._frontends._grpc.process.pid
+    http_relay = served.server._frontends._http.process.pid  # HTTP's connections are held there
     fds_before, threads_before = _fds(), _threads()
     relay_fds_before, relay_threads_before = _fds(relay), _threads(relay)
+    http_fds_before, http_threads_before = _fds(http_relay), _threads(http_relay)
     idle = [socket.create_connection(("127.0.0.1", served.port), timeout=HANG_GUARD_S) for _ in range(500)]
     grpc_idle = [socket.create_connection(("127.0.0.1", served.server.grpc_port), timeout=HANG_GUARD_S)
                  for _ in range(50)]
@@ -279,6 +281,7 @@ def test_hundreds_of_idle_connections_are_served_around_then_closed(served, erro
             assert client.recv(65536).startswith(b"HTTP/1.1 200")
         _assert_serving(served)  # served promptly with all of them open
         wait_until(lambda: _fds(relay) >= relay_fds_before + len(grpc_idle), "the relay accepted them")
+        assert _fds(http_relay) >= http_fds_before + len(idle) + len(used)
         # blank lines are not a request: they do not keep a connection open
         deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
@@ -300,12 +303,14 @@ def test_hundreds_of_idle_connections_are_served_around_then_closed(served, erro
             client.settimeout(HANG_GUARD_S)
             assert client.recv(65536) == b""
         assert _threads() <= threads_before + 1  # no thread per connection
+        assert _threads(http_relay) <= http_threads_before + 1
     finally:
         for client in idle + grpc_idle + used + [blank]:
             client.close()
     # closed here, the server's ends go too: nothing left growing in either process
     wait_until(lambda: _fds() <= fds_before + 5, "file descriptors back to what they were")
     wait_until(lambda: _fds(relay) <= relay_fds_before + 5, "the relay's file descriptors back")
+    wait_until(lambda: _fds(http_relay) <= http_fds_before + 5, "the HTTP relay's file descriptors back")
     assert _threads(relay) <= relay_threads_before + 2
     _assert_serving(served)
     assert not errors.records, errors.report()
@@ -480,7 +485,9 @@ def test_a_request_still_arriving_when_the_server_stops_gets_408_after_the_exit_
     server = serve(repo, http_port=0, exit_timeout_secs=1.0)
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=HANG_GUARD_S) as client:
         client.sendall(b"POST /v2/models/scale/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-        wait_until(lambda: server._frontends._uvicorn[0].server_state.tasks, "the request reached the application")
+        # the head is read by the HTTP relay process, out of this test's sight: give it time to
+        # (it takes milliseconds; the stop below must find the request already arriving)
+        time.sleep(0.5)
         server.stop()
         answer = b""
         while chunk := client.recv(65536):
@@ -491,7 +498,7 @@ def test_a_request_still_arriving_when_the_server_stops_gets_408_after_the_exit_
     assert not errors.records, errors.report()  # uvicorn did not have to cancel it
 
 
-def test_a_stop_that_outlasts_the_front_ends_grace_still_answers_every_request(repo, errors, monkeypatch):
+def test_a_stop_that_outlasts_the_front_ends_grace_still_answers_every_request(repo, errors, monkeypatch, capfd):
     # no grace: the front ends cut what is left at exit_timeout_secs, before the core gives up on a
     # batch that hangs (which it does after exit_timeout_secs more); the clients are told why
     monkeypatch.setattr(network, "_ANSWER_GRACE_S", 0.0)
@@ -513,9 +520,9 @@ def test_a_stop_that_outlasts_the_front_ends_grace_still_answers_every_request(r
     stopped = "the server stopped before the request was answered"
     assert http_outcomes == [("503", stopped)] * 4
     assert grpc_outcomes == [("UNAVAILABLE", stopped)] * 4
-    # the one error in the log is uvicorn's own word that its grace ran out
-    assert [r.getMessage() for r in errors.records] == [
-        "Cancel 4 running task(s), timeout graceful shutdown exceeded"], errors.report()
+    # nothing in the server's log; the HTTP relay process prints uvicorn's own word that its grace ran out
+    assert not errors.records, errors.report()
+    assert "Cancel 4 running task(s), timeout graceful shutdown exceeded" in capfd.readouterr().err
 
 
 def _children(pid: int) -> list[int]:
@@ -552,7 +559,8 @@ def test_sigterm_to_triton_nb_serve_answers_requests_in_flight_and_exits_0(repo,
                                         "--load-model", "gated", new_session=True)
     pool = channel = None
     try:
-        (relay,) = _children(process.pid)
+        relays = _children(process.pid)
+        assert len(relays) == 2, relays  # HTTP's and gRPC's
         http_calls, grpc_calls, pool, channel = _fire(ports["HTTPService"], ports["GRPCInferenceService"])
         # one batch of 8 waits at the gate, the other 56 requests are queued: all 64 are in flight
         wait_until(lambda: _queued(ports["Metrics"]) == 2 * IN_FLIGHT - 8, "every request in flight")
@@ -580,7 +588,7 @@ def test_sigterm_to_triton_nb_serve_answers_requests_in_flight_and_exits_0(repo,
     # the exit timeout is ample: every request in flight gets its result, over both protocols
     assert http_outcomes == [("200", "")] * IN_FLIGHT
     assert grpc_outcomes == [("OK", "")] * IN_FLIGHT
-    wait_until(lambda: _gone(relay), "the gRPC relay process is gone")
+    wait_until(lambda: all(_gone(relay) for relay in relays), "the relay processes are gone")
 
 
 # ---------------------------------------------------------------------------------------- one connection, many requests

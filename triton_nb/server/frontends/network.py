@@ -1,8 +1,9 @@
 """The network front ends' lifecycle: HTTP, gRPC and metrics endpoints on one background thread.
 
 :class:`NetworkFrontends` owns one thread running one event loop (uvloop when installed) that
-serves the HTTP application and the metrics application with uvicorn, and the link to the gRPC
-relay process, which terminates gRPC on another core (:mod:`triton_nb.server.frontends.grpc.relay`).
+serves the metrics and SageMaker applications with uvicorn, and the links to the two relay
+processes that terminate HTTP and gRPC on another core (:mod:`triton_nb.server.frontends.http.relay`,
+:mod:`triton_nb.server.frontends.grpc.relay`).
 Nothing runs on the caller's thread or event loop — a Jupyter kernel's loop is not driven between
 cells (ipykernel 7), so the front ends never rely on it.
 
@@ -15,7 +16,7 @@ core is still serving them), then the loop ends. After ``exit_timeout_secs`` the
 still queued; the front ends wait a few seconds more (``_ANSWER_GRACE_S``) so those failures reach
 the clients as answers, and only then cut what is left (HTTP answers 503, gRPC UNAVAILABLE).
 
-Slow and idle clients: HTTP connections are served by
+Slow and idle clients: HTTP connections are served, in the HTTP relay, by
 :class:`triton_nb.server.frontends.http.connections.GuardedHttpProtocol` — a request must arrive whole within
 ``http_read_timeout_secs`` (else 408), a connection idle for ``http_timeout_keep_alive_secs``
 is closed, a request head is at most 64 KiB (else 431). There is no cap on the number of
@@ -158,7 +159,9 @@ class NetworkFrontends:
         self.ports: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._uvicorn: list[Any] = []
+        self._uvicorn: list[Any] = []  # the metrics and SageMaker endpoints
+        self._http: Any = None  # the HTTP relay (frontends.http.link.HttpRelay)
+        self._http_app: Any = None
         self._grpc: Any = None
         self._tasks: list[asyncio.Task] = []
         self._ready = threading.Event()
@@ -183,21 +186,48 @@ class NetworkFrontends:
                 sock.close()
             raise
         self.ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
-        if options.grpc_port is not None:
-            try:
+        try:
+            self._http_app = self._new_http_app()
+            if "http" in sockets:
+                self._start_http_relay(sockets.pop("http"))
+            if options.grpc_port is not None:
                 self._start_grpc_relay()
-            except BaseException:
-                for sock in sockets.values():
-                    sock.close()
-                raise
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            if self._http is not None:
+                self._http.kill()
+            raise
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._run, args=(sockets,), name="triton-nb-frontends", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._start_error is not None:
             self._thread.join()
+            self.kill()
             raise self._start_error
         return dict(self.ports)
+
+    def _new_http_app(self) -> Any:
+        from triton_nb.server.frontends.http.app import HttpApp
+
+        restricted = parse_restricted_api(self.options.http_restricted_api, "http_restricted_api")
+        return HttpApp(self._server, self._limits, self.log_settings, restricted, server_id=self.options.server_id)
+
+    def _start_http_relay(self, listener: socket.socket) -> None:
+        """HTTP is terminated in a relay process (see :mod:`triton_nb.server.frontends.http.relay` for
+        why); it serves the socket bound here, so this process closes its copy once the relay has it."""
+        from triton_nb.server.frontends.http.link import HttpRelay
+
+        options = self.options
+        try:
+            self._http = HttpRelay(self._http_app, listener, max_request_bytes=options.max_request_bytes,
+                                   read_timeout_s=options.http_read_timeout_secs,
+                                   keep_alive_s=options.http_timeout_keep_alive_secs,
+                                   exit_timeout_s=options.exit_timeout_secs,
+                                   grace_s=options.exit_timeout_secs + _ANSWER_GRACE_S)
+        finally:
+            listener.close()
 
     def _start_grpc_relay(self) -> None:
         """gRPC is terminated in a relay process (see :mod:`triton_nb.server.frontends.grpc.relay` for why)."""
@@ -232,14 +262,12 @@ class NetworkFrontends:
     async def _serve(self, sockets: dict[str, socket.socket]) -> None:
         import uvicorn
 
-        from triton_nb.server.frontends.http.app import HttpApp, MetricsApp
+        from triton_nb.server.frontends.http.app import MetricsApp
         from triton_nb.server.frontends.http.connections import GuardedHttpProtocol
 
         options = self.options
-        limits = self._limits
-        restricted = parse_restricted_api(options.http_restricted_api, "http_restricted_api")
-        http = HttpApp(self._server, limits, self.log_settings, restricted, server_id=self.options.server_id)
-        apps = {"http": http, "metrics": MetricsApp(self._server)}
+        http = self._http_app
+        apps = {"metrics": MetricsApp(self._server)}
         if "sagemaker" in sockets:
             from triton_nb.server.frontends.sagemaker import SageMakerApp
 
@@ -263,6 +291,8 @@ class NetworkFrontends:
             self._tasks.append(task)
             sweepers.append(asyncio.ensure_future(self._sweep(server, task)))
         waits = list(self._tasks)
+        if self._http is not None:
+            waits.append((await self._http.connect()).closed)
         if self._grpc is not None:
             link = await self._grpc.connect()
             waits.append(link.closed)
@@ -311,6 +341,8 @@ class NetworkFrontends:
             self._stop_began = loop.time()
             for server in self._uvicorn:
                 server.should_exit = True
+            if self._http is not None:  # it answers what is in flight, then ends
+                self._http.begin_stop()
 
         if self._grpc is not None:
             # new calls are refused at once; the relay ends once the calls in flight are answered
@@ -322,18 +354,20 @@ class NetworkFrontends:
     def wait(self, timeout_s: float | None) -> bool:
         """Wait for the front ends' thread (and the gRPC relay) to end; True when they did."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        if self._grpc is not None and not self._grpc.wait(None if deadline is None else max(
-                0.0, deadline - time.monotonic())):
-            return False
+        for relay in (self._grpc, self._http):
+            if relay is not None and not relay.wait(None if deadline is None else max(
+                    0.0, deadline - time.monotonic())):
+                return False
         if self._thread is None:
             return True
         self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
 
     def kill(self) -> None:
-        """After a stop that timed out: end the relay process at once."""
-        if self._grpc is not None:
-            self._grpc.kill()
+        """After a stop that timed out: end the relay processes at once."""
+        for relay in (self._grpc, self._http):
+            if relay is not None:
+                relay.kill()
 
     def stop(self) -> None:
         self.begin_stop()

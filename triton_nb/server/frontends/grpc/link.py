@@ -14,9 +14,6 @@ import json
 import logging
 import socket
 import struct
-import subprocess
-import sys
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +22,10 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from triton_nb._sockets import SCRIPT_BOOTSTRAP, recv_exactly
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
 from triton_nb.server.frontends.grpc import relay
 from triton_nb.server.frontends.grpc.servicer import GrpcServicer
+from triton_nb.server.frontends.relay_process import FramedLink, RelayProcess
 
 __all__ = ["GrpcRelay", "RelayLink"]
 
@@ -60,64 +57,30 @@ def _error_payload(code_name: str, details: str) -> bytes:
     return code_name.encode() + b"\0" + details.encode("utf-8", errors="replace")
 
 
-class RelayLink(asyncio.Protocol):
+class RelayLink(FramedLink):
     """The server's end of the socket pair to the gRPC relay process (:mod:`relay`).
 
-    Frames are read on the front ends' event loop. ``ModelInfer``, the hot path, is decoded there
-    and queued; its answer is encoded and written by the model thread that finishes it, through a
-    blocking duplicate of the socket under a lock — no hop back to the loop, whose thread would have
-    to win the GIL once more per call. The other calls run the servicer's coroutines as tasks.
+    ``ModelInfer``, the hot path, is decoded on the front ends' loop and queued; its answer is
+    encoded and written by the model thread that finishes it (see :class:`FramedLink`). The other
+    calls run the servicer's coroutines as tasks.
     """
 
+    protocol = "gRPC"
+
     def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
+        super().__init__(link)
         self._servicer = servicer
         self._server = servicer._server
-        self._writer = link.dup()
-        self._writer.setblocking(True)
-        self._write_lock = threading.Lock()
-        self._buffer = bytearray()
         self._streams: dict[int, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.closed: asyncio.Future | None = None
-
-    # ------------------------------------------------------------------ transport
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.closed = asyncio.get_running_loop().create_future()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         for queue in self._streams.values():
             queue.put_nowait(None)
-        if self.closed is not None and not self.closed.done():
-            self.closed.set_result(None)
-        with self._write_lock:
-            self._writer.close()
-
-    def send(self, kind: int, call_id: int, payload: bytes = b"") -> None:
-        """Write one frame; safe from any thread."""
-        data = relay.frame(kind, call_id, payload)
-        with self._write_lock:
-            try:
-                self._writer.sendall(data)
-            except OSError:  # the relay has gone: its clients see the connection drop
-                log.debug("gRPC relay gone; answer to call %d dropped", call_id)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        offset = 0
-        header = relay.HEADER
-        while len(buffer) - offset >= header.size:
-            size, call_id, kind = header.unpack_from(buffer, offset)
-            end = offset + header.size + size
-            if len(buffer) < end:
-                break
-            payload = bytes(buffer[offset + header.size:end])
-            offset = end
-            self._frame(kind, call_id, payload)
-        del buffer[:offset]
+        super().connection_lost(exc)
 
     # ------------------------------------------------------------------ calls
-    def _frame(self, kind: int, call_id: int, payload: bytes) -> None:
+    def frame_received(self, kind: int, call_id: int, payload: bytes) -> None:
         if kind == relay.CALL:
             method, _, request = payload.partition(b"\0")
             if method == b"ModelInfer":
@@ -217,68 +180,28 @@ def _message_class(descriptor: Any) -> Any:
     return getattr(pb, descriptor.name)
 
 
-class GrpcRelay:
+class GrpcRelay(RelayProcess):
     """Starts the relay process and ends it; the link runs on the front ends' event loop."""
 
     def __init__(self, servicer: GrpcServicer, address: str, port: int, max_message_bytes: int,
                  startup_timeout_s: float = 60.0, restricted: dict[str, tuple[str, str]] | None = None) -> None:
         self._servicer = servicer
-        ours, theirs = socket.socketpair()
-        # Run as a file, without its folder on sys.path (no module beside it may shadow a real
-        # package) and without importing the package (fast start, no models).
-        command = [sys.executable, "-c", SCRIPT_BOOTSTRAP, str(Path(relay.__file__)), "--fd", str(theirs.fileno()),
-                   "--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
-                   "--restricted", json.dumps(restricted or {})]
-        try:
-            self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
-        finally:
-            theirs.close()
-        self._socket = ours
-        try:
-            self.port = self._await_listening(startup_timeout_s)
-        except BaseException:
+        super().__init__(str(Path(relay.__file__)),
+                         ["--address", address, "--port", str(port), "--max-message-bytes", str(max_message_bytes),
+                          "--restricted", json.dumps(restricted or {})], protocol="gRPC")
+        kind, payload = self.first_frame(startup_timeout_s)
+        if kind != relay.LISTENING:
             self.kill()
-            raise
+            raise UnavailableError(f"gRPC service {payload.decode(errors='replace')}")
+        (self.port,) = struct.unpack("<I", payload)
         self.link: RelayLink | None = None
 
-    def _await_listening(self, timeout_s: float) -> int:
-        self._socket.settimeout(timeout_s)
-        try:
-            header = recv_exactly(self._socket, relay.HEADER.size)
-            size, _, kind = relay.HEADER.unpack(header)
-            payload = recv_exactly(self._socket, size)
-        except (OSError, EOFError) as exc:
-            raise UnavailableError(f"the gRPC front end did not start: {exc or 'the relay process exited'}") from None
-        finally:
-            self._socket.settimeout(None)
-        if kind == relay.START_FAILED:
-            raise UnavailableError(f"gRPC service {payload.decode(errors='replace')}")
-        (port,) = struct.unpack("<I", payload)
-        return port
-
-    async def connect(self) -> RelayLink:
+    async def connect(self) -> RelayLink:  # type: ignore[override]
         """Serve the link on the running loop (the front ends')."""
-        self._socket.setblocking(False)
-        _, link = await asyncio.get_running_loop().connect_accepted_socket(
-            lambda: RelayLink(self._servicer, self._socket), sock=self._socket)
-        self.link = link
-        return link
+        self.link = await super().connect(lambda sock: RelayLink(self._servicer, sock))
+        return self.link
 
     def begin_stop(self, grace_s: float) -> None:
         """Ask the relay to refuse new calls and end once the calls in flight are answered."""
         if self.link is not None:
             self.link.send(relay.SHUTDOWN, 0, struct.pack("<d", grace_s))
-
-    def wait(self, timeout_s: float) -> bool:
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._socket.close()
-

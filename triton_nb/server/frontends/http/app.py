@@ -2,8 +2,11 @@
 
 The server is reached only through :class:`triton_nb.server.service.InferenceService`.
 
-Served by uvicorn (httptools parser, uvloop) on the front ends' own thread — see
-:mod:`triton_nb.server.frontends.network`. The application is plain ASGI with no framework: the infer route
+Connections are served by uvicorn (httptools parser, uvloop) in the HTTP relay process
+(:mod:`triton_nb.server.frontends.http.relay`), which hands each request whole to
+:mod:`triton_nb.server.frontends.http.link`; the link calls :meth:`HttpApp.answer`, or, for an
+inference request, :meth:`HttpApp.begin_infer`. The same application is also served as ASGI in the
+server's process, under SageMaker's routes. It is plain ASGI with no framework: the infer route
 is the hot path and a framework's request objects, routing and validation cost more than the
 whole decode. Routes, bodies and status codes follow Triton's HTTP server
 (``src/http_server.cc``): errors are ``{"error": "..."}`` with the status of the error class
@@ -110,6 +113,42 @@ def error_reply(error: BaseException) -> tuple[int, bytes, list[tuple[bytes, byt
     return reply.status, reply.body, reply.headers
 
 
+class _InferCall:
+    """An inference request on its way: its future, and what its answer needs."""
+
+    __slots__ = ("_accept", "_app", "_batching", "_binary_outputs", "_classes", "_leases", "_model", "future")
+
+    def __init__(self, app: HttpApp, model: str, batching: bool, future: Any,
+                 binary_outputs: tuple[bool, dict[str, bool]], classes: dict[str, int], leases: list[SharedMemoryLease],
+                 accept: bytes | None) -> None:
+        self._app = app
+        self._model = model
+        self._batching = batching
+        self.future = future
+        self._binary_outputs = binary_outputs
+        self._classes = classes
+        self._leases = leases
+        self._accept = accept
+
+    def release(self) -> None:
+        for lease in self._leases:  # the regions stay mapped until the outputs are written
+            lease.release()
+        self._leases = []
+
+    def reply(self) -> _Reply:
+        """The answer, once :attr:`future` is done; raises the request's error."""
+        try:
+            if self.future.cancelled():
+                raise UnavailableError("the server stopped before the request was answered")
+            reply = self._app._encode(self._model, self._batching, self.future.result(), self._binary_outputs,
+                                      self._classes, self._leases[0] if self._leases else None)
+        finally:
+            self.release()
+        if self._accept and reply.body:
+            reply = _compress(reply, self._accept)
+        return reply
+
+
 class HttpApp:
     """The ASGI application of one server."""
 
@@ -127,6 +166,16 @@ class HttpApp:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not part of the protocol
             return
+        status, headers, body = await self.answer(scope, receive)
+        # a content-length spares the chunked transfer encoding (and its extra writes)
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def answer(self, scope: dict[str, Any], receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """``(status, headers, body)`` of the answer to one request (``scope`` needs ``method``,
+        ``path`` and ``headers``); every failure is an answer. The HTTP relay's link
+        (:mod:`triton_nb.server.http_link`) calls this for each request the relay hands over."""
         try:
             if self._restricted:
                 self._check_restricted(scope)
@@ -140,10 +189,7 @@ class HttpApp:
             # a 503 that says so, not uvicorn's bare 500 and a traceback in the log. The task ends
             # right after this answer, so not re-raising loses nothing.
             reply = _error_reply(UnavailableError("the server stopped before the request was answered"))
-        # a content-length spares the chunked transfer encoding (and its extra writes)
-        headers = [*reply.headers, (b"content-length", str(len(reply.body)).encode())]
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        await send({"type": "http.response.body", "body": reply.body})
+        return reply.status, reply.headers, reply.body
 
     # ------------------------------------------------------------------ routing
     def _check_restricted(self, scope: dict[str, Any]) -> None:
@@ -351,14 +397,59 @@ class HttpApp:
     async def _infer(self, model: str, version: int | None, scope: dict[str, Any], receive: Receive,
                      header_length: HeaderLength | None = None) -> _Reply:
         # the model first, as Triton: a request to an unknown model is a 404 whatever its body
+        config = self._infer_config(model, version)
+        body = await self._body(scope, receive, decompress=header_length is None)
+        call = self._begin_infer(model, version, config, dict(scope["headers"]), body, header_length)
+        try:
+            await asyncio.wrap_future(call.future)
+        finally:
+            if not call.future.done():  # cancelled while it waited: its leases go with it
+                call.release()
+        return call.reply()
+
+    def _infer_config(self, model: str, version: int | None) -> Any:
         config = self._server.input_config(model, version)
         if config.model_transaction_policy.decoupled:
             raise InvalidArgumentError(
                 f"model '{model}': HTTP end point doesn't support models with decoupled transaction policy "
                 f"(use gRPC streaming)")
+        return config
+
+    def infer_route(self, method: str, path: str) -> tuple[str, int | None] | None:
+        """``(model, version)`` when ``method`` and ``path`` are a plain KServe v2 inference request
+        that :meth:`begin_infer` can take whole (no restricted API to check); None for anything
+        else, which :meth:`answer` takes."""
+        if method != "POST" or self._restricted:
+            return None
+        parts = path.split("/")  # "", "v2", "models", model, ["versions", version,] "infer"
+        if len(parts) == 5 and parts[4] == "infer":
+            version = None
+        elif len(parts) == 7 and parts[6] == "infer" and parts[4] == "versions" and parts[5].isascii() \
+                and parts[5].isdigit():
+            version = parse_version(parts[5])
+        else:
+            return None
+        if parts[1] != "v2" or parts[2] != "models" or not parts[3]:
+            return None
+        return parts[3], version
+
+    def begin_infer(self, model: str, version: int | None, headers: dict[bytes, bytes], body: bytes) -> _InferCall:
+        """Start a KServe v2 inference request that arrived whole (see :meth:`infer_route`), on
+        any thread: decoded and queued here; :meth:`_InferCall.reply` answers it once its
+        ``future`` is done. Raises what :meth:`answer` would turn into an error answer."""
+        config = self._infer_config(model, version)
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
+            raise PayloadTooLargeError(f"request body of {int(declared)} bytes is over the limit of "
+                                       f"{self._limits.max_request_bytes} bytes")
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None and encoding.strip().lower() != b"identity":
+            body = _decompress(body, encoding.strip().lower(), self._limits.max_request_bytes)
+        return self._begin_infer(model, version, config, headers, body, None)
+
+    def _begin_infer(self, model: str, version: int | None, config: Any, headers: dict[bytes, bytes], body: bytes,
+                     header_length: HeaderLength | None) -> _InferCall:
         kserve = header_length is None  # KServe v2's own route: its header and compression
-        body = await self._body(scope, receive, decompress=kserve)
-        headers = dict(scope["headers"])
         split = (header_length or _header_length)(model, headers, len(body))
         leases: list[SharedMemoryLease] = []  # filled only by a request that uses shared memory
         try:
@@ -373,16 +464,20 @@ class HttpApp:
                     binary = memoryview(body)[split:]
                 request, binary_outputs, classes = self._decode(model, version, document, binary, leases)
             future = self._server.infer_async(request)
-            response: InferResponse = await asyncio.wrap_future(future)
-            reply = self._encode(model, config.max_batch_size > 0, response, binary_outputs, classes,
-                                 leases[0] if leases else None)
-        finally:
-            for lease in leases:  # the regions stay mapped until the outputs are written
+        except BaseException:
+            for lease in leases:
                 lease.release()
-        accept = headers.get(b"accept-encoding") if kserve else None
-        if accept and reply.body:
-            reply = _compress(reply, accept)
-        return reply
+            raise
+        return _InferCall(self, model, config.max_batch_size > 0, future, binary_outputs, classes, leases,
+                          headers.get(b"accept-encoding") if kserve else None)
+
+    def error_answer(self, error: BaseException, method: str,
+                     path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """``(status, headers, body)`` of the answer to a request that failed with ``error``."""
+        if not isinstance(error, TritonNBError):
+            log.error("HTTP %s %s failed", method, path, exc_info=error)
+        reply = _error_reply(error)
+        return reply.status, reply.headers, reply.body
 
     def _lease(self, leases: list[SharedMemoryLease]) -> SharedMemoryLease:
         if not leases:
