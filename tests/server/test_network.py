@@ -5,6 +5,7 @@ network, graceful stop, gRPC streaming of decoupled models, and `triton-nb serve
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -456,3 +457,30 @@ def test_both_relays_frame_as_the_server_reads():
 
     # each relay script defines its framing itself (it imports nothing of the package)
     assert grpc_relay.HEADER.format == http_relay.HEADER.format == relay_process.HEADER.format
+
+
+def test_a_client_polling_the_http_port_while_the_server_starts_gets_answers_not_a_failed_start(repo):
+    # a readiness probe polls the port from the moment it is bound: its requests may reach the HTTP
+    # relay before the relay has told the server it serves
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    answered: list[int] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # not listening yet
+                answered.append(_request(port, "GET", "/v2/health/live")[0])
+
+    poller = threading.Thread(target=poll, name="probe", daemon=True)
+    poller.start()
+    try:
+        for _ in range(3):  # each start races the probe anew
+            with serve(repo, http_port=port) as server:
+                wait_until(lambda: 200 in answered, "the probe answered")
+                answered.clear()
+                assert _request(server.http_port, "GET", "/v2/health/ready")[0] == 200
+    finally:
+        stop.set()
+        poller.join(timeout=WAIT_S)

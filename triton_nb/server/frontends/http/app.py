@@ -175,15 +175,13 @@ class HttpApp:
     async def answer(self, scope: dict[str, Any], receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """``(status, headers, body)`` of the answer to one request (``scope`` needs ``method``,
         ``path`` and ``headers``); every failure is an answer. The HTTP relay's link
-        (:mod:`triton_nb.server.http_link`) calls this for each request the relay hands over."""
+        (:mod:`triton_nb.server.frontends.http.link`) calls this for each request the relay hands over."""
         try:
             if self._restricted:
                 self._check_restricted(scope)
             reply = await self._dispatch(scope, receive)
         except Exception as error:  # every failure is an answer, never a dropped connection
-            if not isinstance(error, TritonNBError):
-                log.exception("HTTP %s %s failed", scope["method"], scope["path"])
-            reply = _error_reply(error)
+            return self.error_answer(error, scope["method"], scope["path"])
         except asyncio.CancelledError:
             # Only uvicorn cancels, when a stop outlasts its grace (see network.py): the client gets
             # a 503 that says so, not uvicorn's bare 500 and a traceback in the log. The task ends
@@ -367,9 +365,13 @@ class HttpApp:
             if not message.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        encoding = headers.get(b"content-encoding") if decompress else None
+        return self._decoded(headers, body) if decompress else body
+
+    def _decoded(self, headers: dict[bytes, bytes], body: bytes) -> bytes:
+        """The body as sent, or decompressed as its ``Content-Encoding`` says."""
+        encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.strip().lower() != b"identity":
-            body = _decompress(body, encoding.strip().lower(), limit)
+            return _decompress(body, encoding.strip().lower(), self._limits.max_request_bytes)
         return body
 
     @staticmethod
@@ -415,37 +417,32 @@ class HttpApp:
                 f"(use gRPC streaming)")
         return config
 
-    def infer_route(self, method: str, path: str) -> tuple[str, int | None] | None:
-        """``(model, version)`` when ``method`` and ``path`` are a plain KServe v2 inference request
-        that :meth:`begin_infer` can take whole (no restricted API to check); None for anything
-        else, which :meth:`answer` takes."""
+    def infer_route(self, method: str, path: str) -> tuple[str, str] | None:
+        """``(model, version as written, "" for the latest)`` when ``method`` and ``path`` are a plain
+        KServe v2 inference request that :meth:`begin_infer` can take whole (no restricted API to
+        check); None for anything else, which :meth:`answer` takes."""
         if method != "POST" or self._restricted:
             return None
         parts = path.split("/")  # "", "v2", "models", model, ["versions", version,] "infer"
         if len(parts) == 5 and parts[4] == "infer":
-            version = None
+            version = ""
         elif len(parts) == 7 and parts[6] == "infer" and parts[4] == "versions" and parts[5].isascii() \
                 and parts[5].isdigit():
-            version = parse_version(parts[5])
+            version = parts[5]
         else:
             return None
         if parts[1] != "v2" or parts[2] != "models" or not parts[3]:
             return None
         return parts[3], version
 
-    def begin_infer(self, model: str, version: int | None, headers: dict[bytes, bytes], body: bytes) -> _InferCall:
-        """Start a KServe v2 inference request that arrived whole (see :meth:`infer_route`), on
-        any thread: decoded and queued here; :meth:`_InferCall.reply` answers it once its
-        ``future`` is done. Raises what :meth:`answer` would turn into an error answer."""
+    def begin_infer(self, model: str, version_text: str, headers: dict[bytes, bytes], body: bytes) -> _InferCall:
+        """Start a KServe v2 inference request whose body arrived whole and within the size limit
+        (see :meth:`infer_route`), on any thread: decoded and queued here; :meth:`_InferCall.reply`
+        answers it once its ``future`` is done. Raises what :meth:`answer` would turn into an error
+        answer."""
+        version = parse_version(version_text) if version_text else None
         config = self._infer_config(model, version)
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
-            raise PayloadTooLargeError(f"request body of {int(declared)} bytes is over the limit of "
-                                       f"{self._limits.max_request_bytes} bytes")
-        encoding = headers.get(b"content-encoding")
-        if encoding is not None and encoding.strip().lower() != b"identity":
-            body = _decompress(body, encoding.strip().lower(), self._limits.max_request_bytes)
-        return self._begin_infer(model, version, config, headers, body, None)
+        return self._begin_infer(model, version, config, headers, self._decoded(headers, body), None)
 
     def _begin_infer(self, model: str, version: int | None, config: Any, headers: dict[bytes, bytes], body: bytes,
                      header_length: HeaderLength | None) -> _InferCall:

@@ -59,10 +59,7 @@ class HttpRelayLink(FramedLink):
     def _request(self, request_id: int, payload: bytes) -> None:
         method, path, headers, body, state = relay.decode_request(payload)
         app = self._app
-        try:
-            route = app.infer_route(method, path) if state == relay.BODY_WHOLE else None
-        except Exception:  # a path the fast route cannot read (a version past int64): the full
-            route = None  # routing answers it, in its words
+        route = app.infer_route(method, path) if state == relay.BODY_WHOLE else None
         if route is None:
             task = asyncio.ensure_future(self._answer(request_id, method, path, headers, body, state))
             self._tasks.add(task)

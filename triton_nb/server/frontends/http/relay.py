@@ -230,11 +230,12 @@ async def _run(args: argparse.Namespace) -> None:
     # the server's process decides when this one stops (a Ctrl-C reaches both): uvicorn's own
     # signal handlers stay out
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    # READY goes first, before uvicorn takes a connection: the server bound the port before this
+    # process started, so a client (a readiness probe) may be waiting already, and its request's
+    # frame must not reach the server ahead of READY. Should serving fail, this process ends and
+    # the server sees its link close.
+    relay.link.write(frame(READY, 0))
     serving = asyncio.ensure_future(server.serve(sockets=[listener]))
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.002)
-    if server.started:
-        relay.link.write(frame(READY, 0))
     period = max(0.05, min(1.0, args.read_timeout_s / 4, args.keep_alive_s / 4, args.exit_timeout_s / 4))
     sweeper = asyncio.ensure_future(_sweep(relay, server, serving, protocol.sweep_connections, period))
     await asyncio.wait([serving, relay.link.closed], return_when=asyncio.FIRST_COMPLETED)
