@@ -27,6 +27,7 @@ from triton_nb.errors import InvalidArgumentError
 
 __all__ = [
     "DATATYPES",
+    "CarriedResponses",
     "InferRequest",
     "InferResponse",
     "deserialize_bytes",
@@ -125,6 +126,8 @@ class InferRequest:
     # An ensemble step carrying the rows of several ensemble requests as one request: the rows of
     # each, in order. The model's statistics count it as that many requests; () is one request.
     carried_rows: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    # ... and each carried request's id, in the same order (() when it is one request).
+    carried_request_ids: tuple[str, ...] = field(default=(), repr=False, compare=False)
     # Set once the request is cancelled (a BLS caller's ``ResponseIterator.cancel()``): never
     # cleared, as Triton's flag; the model reads it with ``request.is_cancelled()``.
     cancelled: bool = field(default=False, repr=False, compare=False)
@@ -142,6 +145,18 @@ class InferRequest:
         if not batching or not self.inputs:
             return 1
         return int(next(iter(self.inputs.values())).shape[0])
+
+
+class CarriedResponses(Exception):
+    """How a backend answers a request carrying several requests' rows (``InferRequest.carried_rows``)
+    when it cannot answer it as one response: one response per carried request, in order, each
+    with its outputs or the error that failed it alone. Set as that response's ``error``, so that
+    whatever does not know carried requests fails it as a whole."""
+
+    def __init__(self, responses: list[InferResponse]) -> None:
+        failed = next((response.error for response in responses if response.error is not None), None)
+        super().__init__(str(failed) if failed is not None else "the carried requests were answered apart")
+        self.responses = responses
 
 
 @dataclass

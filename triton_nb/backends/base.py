@@ -81,13 +81,12 @@ class Backend(ABC):
 
     #: True when responses stream through ``InferRequest.response_sender``.
     decoupled: bool = False
-    #: True when the backend answers a batch as one computation that succeeds or fails as a
-    #: whole, each output row depending on its input row alone (a tree model): then a request that
-    #: carries several requests' rows gets the same answers as those requests batched, and an
-    #: ensemble may hand it a formed batch as one request. False (a Python model, which may answer
-    #: or fail each request of a batch differently and sees how many requests it got) keeps
-    #: requests apart.
-    rows_independent: bool = False
+    #: True when the backend takes one request carrying several requests' rows
+    #: (``InferRequest.carried_rows``) and answers each of them as it would have answered them
+    #: batched apart: a tree model (each output row depends on its input row alone, and a batch
+    #: fails as a whole), or a Python model, which hands the model the carried requests apart. An
+    #: ensemble may then hand such a model a formed batch as one request.
+    accepts_carried: bool = False
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context

@@ -53,6 +53,7 @@ from triton_nb.server.models.instances import InstanceOptions, set_instance_coun
 from triton_nb.server.models.manager import ManagedModel, ManagedVersion, ModelManager
 from triton_nb.server.observability.logs import LogSettings
 from triton_nb.server.observability.stats import ModelStats, ServerStats
+from triton_nb.server.scheduling.batcher import Together
 from triton_nb.server.scheduling.futures import ResponseFuture
 from triton_nb.server.scheduling.rate_limiter import RateLimiter
 from triton_nb.server.settings import ServerSettings, parameters_doc
@@ -561,6 +562,12 @@ class Server:
             # the scheduler counts it: pending, then success or failure with its batch
             return future if lookup is None else lookup.finish(future)
         raise InternalError("unreachable")  # pragma: no cover
+
+    def infer_together(self) -> Together:
+        """See :meth:`InferenceService.infer_together`: an ensemble's runs started inside submit
+        their first step together when it ends (``EnsembleScheduler``'s chain), one carried request
+        where the step's model takes one."""
+        return Together("requests received together")
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
         """Run a request and wait for its response (raises the request's error)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from triton_nb.repository.config import ModelConfig
@@ -47,6 +48,11 @@ class InferenceService(Protocol):
 
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
         """Run a request and wait for its response (raises the request's error)."""
+
+    def infer_together(self) -> AbstractContextManager[None]:
+        """``with service.infer_together():`` around :meth:`infer_async` calls for a burst of requests
+        received at once, on one thread: work they set off together (an ensemble's first step)
+        starts together when the block ends, so that it may be carried as one request."""
 
     # ------------------------------------------------------------------ metadata
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:

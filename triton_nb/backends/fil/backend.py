@@ -107,7 +107,7 @@ class FilBackend(Backend):
     :meth:`wait_compiled` and :attr:`timings` (seconds per call, by engine/threads and batch size).
     """
 
-    rows_independent = True  # a batch is one prediction call over its rows; it fails as a whole
+    accepts_carried = True  # a batch is one prediction call over its rows; it fails as a whole
 
     def __init__(self, context: ModelContext, *, engine: str | None = None, compile: bool = True) -> None:
         super().__init__(context)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from triton_nb._sockets import SCRIPT_BOOTSTRAP, recv_exactly
@@ -44,7 +45,8 @@ class FramedLink(asyncio.Protocol):
     #: the protocol's name, for the log
     protocol = "relay"
 
-    def __init__(self, link: socket.socket) -> None:
+    def __init__(self, link: socket.socket, together: Callable[[], AbstractContextManager[None]]) -> None:
+        self._together = together
         self._writer = link.dup()
         self._writer.setblocking(True)
         self._write_lock = threading.Lock()
@@ -73,14 +75,17 @@ class FramedLink(asyncio.Protocol):
         buffer = self._buffer
         buffer += data
         offset = 0
-        while len(buffer) - offset >= HEADER.size:
-            size, request_id, kind = HEADER.unpack_from(buffer, offset)
-            end = offset + HEADER.size + size
-            if len(buffer) < end:
-                break
-            payload = bytes(buffer[offset + HEADER.size:end])
-            offset = end
-            self.frame_received(kind, request_id, payload)
+        # The requests of one read arrived together (the relay wrote them while the server was busy):
+        # the server takes them as one burst (see InferenceService.infer_together).
+        with self._together():
+            while len(buffer) - offset >= HEADER.size:
+                size, request_id, kind = HEADER.unpack_from(buffer, offset)
+                end = offset + HEADER.size + size
+                if len(buffer) < end:
+                    break
+                payload = bytes(buffer[offset + HEADER.size:end])
+                offset = end
+                self.frame_received(kind, request_id, payload)
         del buffer[:offset]
 
     def frame_received(self, kind: int, request_id: int, payload: bytes) -> None:

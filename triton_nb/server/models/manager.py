@@ -190,8 +190,8 @@ class ModelManager:
         """Whether ``name`` takes one request carrying ``rows`` rows of several ensemble requests
         with nothing a user sees changed: it batches dynamically (so those requests would be
         batched anyway), the rows fit ``max_batch_size``, no queue is bounded (``max_queue_size``
-        counts requests, a carried one is several) and every instance's backend is
-        ``rows_independent``."""
+        counts requests, a carried one is several) and every instance's backend
+        ``accepts_carried``."""
         try:
             target = self.resolve(name, version)
         except TritonNBError:
@@ -206,7 +206,7 @@ class ModelManager:
         if any(policy.max_queue_size for policy in policies):
             return False
         backends = scheduler.instances()
-        return bool(backends) and all(getattr(backend, "rows_independent", False) for backend in backends)
+        return bool(backends) and all(getattr(backend, "accepts_carried", False) for backend in backends)
 
     def resolve(self, name: str, version: int = -1) -> ManagedVersion:
         """The version serving ``name`` at ``version`` (-1 or 0: the highest), else NotFoundError

@@ -90,9 +90,9 @@ from triton_nb.errors import (
 )
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.observability.stats import BatchReason, ModelStats
-from triton_nb.tensors import InferRequest, InferResponse
+from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
 
-__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "after_batch"]
+__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "Together", "after_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,32 @@ def after_batch(callback: Callable[[], None]) -> bool:
     if callback not in waiting:
         waiting.append(callback)
     return True
+
+class Together:
+    """``with Together(what):`` on one thread: what :func:`after_batch` is asked for inside the block
+    runs once the block ends (nested blocks keep their own). Held while a batch is answered, and by
+    the server while it takes a burst of requests a front end received at once
+    (``Server.infer_together``): an ensemble's requests that start together reach its first model
+    as one carried request."""
+
+    __slots__ = ("_outer", "_what")
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._outer: list[Callable[[], None]] | None = None
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_answering, "callbacks", None)
+        _answering.callbacks = []
+
+    def __exit__(self, *exc_info: object) -> None:
+        callbacks, _answering.callbacks = _answering.callbacks, self._outer
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # what a response set off must not cost the thread (a worker) its life
+                log.exception("%s: a callback after them failed", self._what)
+
 
 # Linux lets a timed wait end up to the thread's "timer slack" late, 50 µs by default: on top of
 # a max_queue_delay_microseconds of 100 that is half as much again, on every batch, in every step
@@ -622,17 +648,8 @@ class Scheduler:
     # ------------------------------------------------------------------ answering and counting
     def _settle(self, batch: list[PendingRequest], outcome: object) -> None:
         """Answer an executed batch's requests and count them: the successes in one call."""
-        outer = getattr(_answering, "callbacks", None)
-        _answering.callbacks = []
-        try:
+        with Together(f"model '{self.model_name}': a batch's answers"):
             self._answer(batch, outcome)
-        finally:
-            callbacks, _answering.callbacks = _answering.callbacks, outer
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception:  # what a response set off must not cost the worker its life
-                    log.exception("model '%s': a callback after a batch failed", self.model_name)
 
     def _answer(self, batch: list[PendingRequest], outcome: object) -> None:
         stats = self._stats
@@ -646,6 +663,7 @@ class Scheduler:
         successes: list[PendingRequest] = []
         failures: list[PendingRequest] = []
         canceled: list[PendingRequest] = []
+        apart: list[tuple[PendingRequest, list[InferResponse]]] = []  # carried requests answered apart
         responses = outcome if isinstance(outcome, list) else [outcome] * len(batch)
         for pending, response in zip(batch, responses, strict=True):
             if pending.future.done():  # cancelled while it ran, or failed by a stop that timed out (counted there)
@@ -657,15 +675,28 @@ class Scheduler:
                 failures.append(pending)
             elif response is not None and response.error is not None:
                 answers.append((pending, response.error, False))
-                failures.append(pending)
+                if isinstance(response.error, CarriedResponses):  # counted as the requests it carries
+                    apart.append((pending, response.error.responses))
+                else:
+                    failures.append(pending)
             else:  # a response, or None: a decoupled model answered through its senders
                 answers.append((pending, response, True))
                 successes.append(pending)
-        if successes:
-            timing = successes[0].request.timing  # the batch's compute phases, the same for each request
+        counted = [(finished_ns - p.request.arrival_ns, p.request.timing.get("queue", 0), rows)
+                   for p in successes for rows in (p.request.carried_rows or (p.rows,))]
+        for pending, parts in apart:
+            for part, rows in zip(parts, pending.request.carried_rows, strict=True):
+                if part.error is None:
+                    counted.append((finished_ns - pending.request.arrival_ns, pending.request.timing.get("queue", 0),
+                                    rows))
+                else:
+                    stats.record_request(success=False, request_ns=max(0, finished_ns - pending.request.arrival_ns),
+                                         reason="BACKEND", first_response=True)
+        if counted:
+            # the batch's compute phases, the same for each request
+            timing = (successes[0] if successes else apart[0][0]).request.timing
             stats.record_successes(
-                [(finished_ns - p.request.arrival_ns, p.request.timing.get("queue", 0), rows)
-                 for p in successes for rows in (p.request.carried_rows or (p.rows,))],
+                counted,
                 compute_input_ns=timing.get("compute_input", 0), compute_infer_ns=timing.get("compute_infer", 0),
                 compute_output_ns=timing.get("compute_output", 0), first_response=outcome is not None)
         self._count_failures(failures, "BACKEND", finished_ns)

@@ -11,9 +11,12 @@ the same next step are submitted together once the whole batch is answered (the 
 :func:`~triton_nb.server.scheduling.batcher.after_batch`), and where that step's model accepts it (see
 ``Carry``) as *one* request carrying all their rows. That saves splitting the batch into
 requests, queueing each and forming them into a batch again. The model still counts each carried
-ensemble request as a request (``InferRequest.carried_rows``); a step with dynamic batching off,
-a bounded queue or a backend whose requests may fail one by one (Python models) gets the requests
-one by one, as before.
+ensemble request as a request (``InferRequest.carried_rows``); a Python model is handed them apart,
+each with its rows and id, and answers or fails each alone (``CarriedResponses``); a step with
+dynamic batching off, a bounded queue, or instances that cannot take a carried request (process
+instances, decoupled models) gets the requests one by one. Runs started together, as the server
+takes a burst of requests a front end read at once (``Server.infer_together``), start their first
+step the same way.
 
 A chain (each step readies exactly the next, as the fraud ensemble's preprocessing -> fil) of
 requests that give every input and no parameters takes a leaner road, :class:`_ChainRun`: the
@@ -57,7 +60,7 @@ from triton_nb.server.models.checks import CheckedVersion, TensorSpec, passes_as
 from triton_nb.server.observability.stats import ModelStats
 from triton_nb.server.scheduling.batcher import after_batch
 from triton_nb.server.scheduling.futures import ResponseFuture
-from triton_nb.tensors import InferRequest, InferResponse
+from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
 
@@ -223,7 +226,7 @@ class EnsembleScheduler:
             for run, request in group:
                 run._submit_one(index, request)
             return
-        carried = _carried_request(self.plan[index], first, inputs, rows)
+        carried = _carried_request(self.plan[index], requests, inputs, rows)
         runs = [run for run, _ in group]
         try:
             future = self._submit(carried)
@@ -270,7 +273,7 @@ class EnsembleScheduler:
                 except ValueError:  # shapes that cannot join: one by one, as the batcher would
                     pass
                 else:
-                    carried = _carried_request(step, runs[0].request, inputs, rows)
+                    carried = _carried_request(step, [run.request for run in runs], inputs, rows)
                     try:
                         future = submit(carried)
                     except Exception as exc:  # refused at once: each fails as it would alone
@@ -310,8 +313,12 @@ class EnsembleScheduler:
                             future: Future) -> None:
         """Hand each run its rows of a carried step's answer (views, no copies), or its error."""
         outcome = _outputs_or_error(future)
-        if isinstance(outcome, BaseException):
-            items: list[tuple[_ChainRun, _Answer]] = [(run, outcome) for run in runs]
+        if isinstance(outcome, CarriedResponses):  # answered apart: each run its own outputs or error
+            items: list[tuple[_ChainRun, _Answer]] = [
+                (run, response.error if response.error is not None else response.outputs)
+                for run, response in zip(runs, outcome.responses, strict=True)]
+        elif isinstance(outcome, BaseException):
+            items = [(run, outcome) for run in runs]
         else:
             items, start = [], 0
             for run, count in zip(runs, rows, strict=True):
@@ -550,6 +557,13 @@ class _EnsembleRun:
 def _answer_carried(runs: list[_EnsembleRun], index: int, rows: tuple[int, ...], future: Future) -> None:
     """Hand each run its rows of a carried step's response (views, no copies), or its error."""
     error = future.exception()
+    if isinstance(error, CarriedResponses):  # answered apart: each run its own response
+        for run, response in zip(runs, error.responses, strict=True):
+            if response.error is not None:
+                run._fail(index, response.error)
+            else:
+                run._step_answered(index, response)
+        return
     if error is not None:
         for run in runs:
             run._fail(index, error)
@@ -609,14 +623,15 @@ def _response(scheduler: EnsembleScheduler, request: InferRequest, tensors: dict
                     "sequence_end": bool(given.get("sequence_end", False))})
 
 
-def _carried_request(step: _Step, first: InferRequest, inputs: dict[str, np.ndarray],
+def _carried_request(step: _Step, carried: list[InferRequest], inputs: dict[str, np.ndarray],
                      rows: tuple[int, ...]) -> InferRequest:
     """Step ``step``'s one request carrying several ensemble requests' ``rows`` (joined ``inputs``),
-    with the first one's id, priority and timeout (the requests carried together share the last two)."""
+    with the first one's priority and timeout (the requests carried together share them) and each one's id."""
     return InferRequest(
         model_name=step.model_name, model_version=step.model_version, inputs=inputs,
-        requested_outputs=list(step.requested), request_id=first.request_id, priority=first.priority,
-        timeout_microseconds=first.timeout_microseconds, carried_rows=rows)
+        requested_outputs=list(step.requested), request_id=carried[0].request_id, priority=carried[0].priority,
+        timeout_microseconds=carried[0].timeout_microseconds, carried_rows=rows,
+        carried_request_ids=tuple(request.request_id for request in carried))
 
 
 def _outputs_or_error(future: Future) -> _Answer:

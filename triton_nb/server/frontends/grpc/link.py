@@ -68,9 +68,9 @@ class RelayLink(FramedLink):
     protocol = "gRPC"
 
     def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
-        super().__init__(link)
+        super().__init__(link, servicer.service.infer_together)
         self._servicer = servicer
-        self._server = servicer._server
+        self._server = servicer.service
         self._streams: dict[int, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
 

@@ -82,6 +82,11 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # the same registry as the HTTP front end's: a region registered over one is usable over the other
         self._shared_memory = registry_of(server)
 
+    @property
+    def service(self) -> InferenceService:
+        """The server this front end answers for."""
+        return self._server
+
     async def _abort(self, context: grpc.aio.ServicerContext, error: BaseException) -> None:
         if not isinstance(error, TritonNBError):
             log.exception("gRPC call failed", exc_info=error)

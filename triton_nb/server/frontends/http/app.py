@@ -163,6 +163,11 @@ class HttpApp:
         self._restricted = {group: (key.encode("latin-1"), value.encode("latin-1"))
                             for group, (key, value) in (restricted or {}).items()}
 
+    @property
+    def service(self) -> InferenceService:
+        """The server this front end answers for."""
+        return self._server
+
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not part of the protocol
             return

@@ -44,7 +44,7 @@ class HttpRelayLink(FramedLink):
     protocol = "HTTP"
 
     def __init__(self, app: HttpApp, link: socket.socket, max_request_bytes: int) -> None:
-        super().__init__(link)
+        super().__init__(link, app.service.infer_together)
         self._app = app
         self._limit = max_request_bytes
         self._tasks: set[asyncio.Task] = set()
