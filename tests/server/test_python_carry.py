@@ -1,7 +1,8 @@
 """An ensemble's Python steps take a formed batch as one carried request, and the model still sees
 the requests apart: their own rows, their own ids, their own answers and errors; the statistics
-count each request. A burst of requests received together (``infer_together``, as the network
-links take each read) reaches the first step as one carried request."""
+count each request; in thread and process instances alike. A burst of requests received together
+(``infer_together``, as the network links take each read) reaches the first step as one carried
+request."""
 
 from __future__ import annotations
 
@@ -87,8 +88,8 @@ SUM_STEP = ('{ model_name: "total" model_version: -1 input_map { key: "Y" value:
             'output_map { key: "S" value: "S" } }')
 
 
-@pytest.fixture
-def server(tmp_path: Path):
+@pytest.fixture(params=["thread", "process"])
+def server(request: pytest.FixtureRequest, tmp_path: Path):
     write_model(tmp_path, "double", DOUBLE, DOUBLE_CONFIG)
     write_model(tmp_path, "total", SUM, SUM_CONFIG)
     (tmp_path / "pipe" / "1").mkdir(parents=True)
@@ -98,7 +99,8 @@ def server(tmp_path: Path):
     (tmp_path / "summed" / "1").mkdir(parents=True)
     (tmp_path / "summed" / "config.pbtxt").write_text(ensemble(
         f"{DOUBLE_STEP}, {SUM_STEP}", '{ name: "S" data_type: TYPE_FP32 dims: [ 1 ] }', "summed"))
-    with Server(tmp_path, http_port=None, grpc_port=None, metrics_port=None).start() as started:
+    with Server(tmp_path, http_port=None, grpc_port=None, metrics_port=None,
+                python_instances=request.param).start() as started:
         yield started
 
 

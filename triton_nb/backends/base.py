@@ -19,18 +19,21 @@ passes in the :class:`ModelContext`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 from triton_nb.backends.backend_config import PythonBackendOptions
-from triton_nb.tensors import InferRequest, InferResponse
+from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
 
 if TYPE_CHECKING:  # protobuf stays out of a Python model's own process, which imports this module
     from triton_nb.repository.config import ModelConfig
 
-__all__ = ["Backend", "ModelContext", "ServerHandle"]
+__all__ = ["Backend", "ModelContext", "ServerHandle", "execute_apart"]
 
 
 class ServerHandle(Protocol):
@@ -107,3 +110,58 @@ class Backend(ABC):
 
     def finalize(self) -> None:  # noqa: B027 - optional hook, like Triton's finalize
         """Release what the instance holds; called once when the version unloads."""
+
+
+def execute_apart(requests: list[InferRequest],
+                  execute: Callable[[list[InferRequest]], list[InferResponse] | None]) -> list[InferResponse] | None:
+    """Run ``execute`` (a batch call that answers each request alone, as a Python model does) with
+    every carried request in ``requests`` (``InferRequest.carried_rows``) handed over as the
+    requests it carries, each with its own rows (views) and id, and answer it with one response:
+    their outputs joined, or, where they cannot be, :class:`~triton_nb.tensors.CarriedResponses`."""
+    if not any(request.carried_rows for request in requests):
+        return execute(requests)
+    apart: list[InferRequest] = []
+    spans: list[tuple[int, int]] = []
+    for request in requests:
+        first = len(apart)
+        apart.extend(_carried_apart(request) if request.carried_rows else (request,))
+        spans.append((first, len(apart)))
+    responses = execute(apart)
+    if responses is None:  # (a decoupled model never takes carried requests)
+        return None
+    return [responses[first] if not request.carried_rows else _joined(request, responses[first:end])
+            for request, (first, end) in zip(requests, spans, strict=True)]
+
+
+def _carried_apart(request: InferRequest) -> list[InferRequest]:
+    """The requests whose rows ``request`` carries, each with its rows (views) and its own id."""
+    ids = request.carried_request_ids or (request.request_id,) * len(request.carried_rows)
+    apart, start = [], 0
+    for rows, request_id in zip(request.carried_rows, ids, strict=True):
+        inputs = {name: array[start:start + rows] for name, array in request.inputs.items()}
+        apart.append(InferRequest(
+            model_name=request.model_name, inputs=inputs, model_version=request.model_version,
+            requested_outputs=request.requested_outputs, request_id=request_id,
+            parameters=request.parameters, priority=request.priority, timeout_microseconds=request.timeout_microseconds,
+            arrival_ns=request.arrival_ns, cancelled=request.cancelled))
+        start += rows
+    return apart
+
+
+def _joined(request: InferRequest, parts: list[InferResponse]) -> InferResponse:
+    """One response to a carried request from its carried requests' responses: their outputs joined
+    row-wise where every one succeeded with as many rows as it sent, else each kept apart."""
+    first = parts[0]
+    names = first.outputs.keys()
+    joinable = all(part.error is None and part.outputs.keys() == names
+                   and all(array.ndim and array.shape[0] == rows for array in part.outputs.values())
+                   for part, rows in zip(parts, request.carried_rows, strict=True))
+    if joinable:
+        try:
+            outputs = {name: np.concatenate([part.outputs[name] for part in parts]) for name in names}
+        except ValueError:  # shapes past the batch dimension that differ
+            pass
+        else:
+            return InferResponse(first.model_name, first.model_version, outputs, request.request_id)
+    return InferResponse(first.model_name, first.model_version, request_id=request.request_id,
+                         error=CarriedResponses(parts))

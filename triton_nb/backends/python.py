@@ -69,13 +69,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from triton_nb.backends import _pb_bridge as bridge
 from triton_nb.backends import pb_utils
-from triton_nb.backends.base import Backend, ModelContext
+from triton_nb.backends.base import Backend, ModelContext, execute_apart
 from triton_nb.errors import InternalError, InvalidArgumentError, NotFoundError, TritonNBError, UnavailableError
-from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
+from triton_nb.tensors import InferRequest, InferResponse
 
 if TYPE_CHECKING:  # the config's protobuf is imported where it is used: a process instance runs without it
     from triton_nb.repository.config import ModelConfig
@@ -494,40 +492,6 @@ class UserReadiness:
                 self._running = None
 
 
-def _carried_apart(request: InferRequest) -> list[InferRequest]:
-    """The requests whose rows ``request`` carries, each with its rows (views) and its own id."""
-    ids = request.carried_request_ids or (request.request_id,) * len(request.carried_rows)
-    apart, start = [], 0
-    for rows, request_id in zip(request.carried_rows, ids, strict=True):
-        inputs = {name: array[start:start + rows] for name, array in request.inputs.items()}
-        apart.append(InferRequest(
-            model_name=request.model_name, inputs=inputs, model_version=request.model_version,
-            requested_outputs=request.requested_outputs, request_id=request_id,
-            parameters=request.parameters, priority=request.priority, timeout_microseconds=request.timeout_microseconds,
-            arrival_ns=request.arrival_ns, cancelled=request.cancelled))
-        start += rows
-    return apart
-
-
-def _joined(request: InferRequest, parts: list[InferResponse]) -> InferResponse:
-    """One response to a carried request from its carried requests' responses: their outputs joined
-    row-wise where every one succeeded with as many rows as it sent, else each kept apart."""
-    first = parts[0]
-    names = first.outputs.keys()
-    joinable = all(part.error is None and part.outputs.keys() == names
-                   and all(array.ndim and array.shape[0] == rows for array in part.outputs.values())
-                   for part, rows in zip(parts, request.carried_rows, strict=True))
-    if joinable:
-        try:
-            outputs = {name: np.concatenate([part.outputs[name] for part in parts]) for name in names}
-        except ValueError:  # shapes past the batch dimension that differ
-            pass
-        else:
-            return InferResponse(first.model_name, first.model_version, outputs, request.request_id)
-    return InferResponse(first.model_name, first.model_version, request_id=request.request_id,
-                         error=CarriedResponses(parts))
-
-
 class PythonBackend(Backend):
     """One instance of a Triton Python-backend model."""
 
@@ -547,7 +511,7 @@ class PythonBackend(Backend):
         self.name = context.name
         self.decoupled = settings.decoupled
         # A decoupled model streams its answers through each request's sender: those cannot be joined.
-        self.accepts_carried = not self.decoupled
+        self.accepts_carried = not self.decoupled  # (see execute_apart)
         self._output_names = list(settings.output_names)
         self._logger = logging.getLogger(f"triton_nb.python_backend.{context.name}")
         filename = "model.py" if backend_folder is not None else settings.filename
@@ -645,20 +609,8 @@ class PythonBackend(Backend):
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        if not any(request.carried_rows for request in requests):
-            return self._execute(requests)
-        # A request carrying several requests' rows (an ensemble step's formed batch) is handed to
-        # the model as those requests, each with its own rows and id: the model sees what it would
-        # have seen had they been batched apart, and answers or fails each of them alone.
-        apart: list[InferRequest] = []
-        spans: list[tuple[int, int]] = []
-        for request in requests:
-            first = len(apart)
-            apart.extend(_carried_apart(request) if request.carried_rows else (request,))
-            spans.append((first, len(apart)))
-        responses = self._execute(apart)
-        return [responses[first] if not request.carried_rows else _joined(request, responses[first:end])
-                for request, (first, end) in zip(requests, spans, strict=True)]
+        # a carried request (an ensemble step's formed batch) reaches the model as the requests it carries
+        return execute_apart(requests, self._execute)
 
     def _execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         wrapped = [self._wrap(request) for request in requests]

@@ -50,7 +50,7 @@ from triton_nb._sockets import SCRIPT_BOOTSTRAP
 from triton_nb.backends import _python_stub
 from triton_nb.backends._process_channel import Channel, error_from_wire, error_to_wire
 from triton_nb.backends._tensor_arena import ArenaReader, ArenaWriter, pack_batch, remove_arenas, unpack_batch
-from triton_nb.backends.base import Backend, ModelContext
+from triton_nb.backends.base import Backend, ModelContext, execute_apart
 from triton_nb.backends.custom_metrics import CUSTOM_METRICS, CustomMetricError
 from triton_nb.backends.python import PythonModelSettings, UserReadiness
 from triton_nb.errors import InternalError, TritonNBError
@@ -212,6 +212,7 @@ class ProcessPythonBackend(Backend):
         self.name = context.name
         self.settings = PythonModelSettings.from_config(context.config)
         self.decoupled = self.settings.decoupled
+        self.accepts_carried = not self.decoupled  # as the thread instances (see execute_apart)
         self.logger = logging.getLogger(f"triton_nb.python_backend.{context.name}")
         self._backend_folder = backend_folder
         self._interpreter = interpreter or sys.executable
@@ -317,6 +318,10 @@ class ProcessPythonBackend(Backend):
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        # a carried request crosses as one (packing joins its rows back), the model gets it apart
+        return execute_apart(requests, self._execute)
+
+    def _execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         with self._lock:
             if self._finalized:
                 raise InternalError(f"model '{self.name}': the instance is unloaded")

@@ -12,9 +12,9 @@ the same next step are submitted together once the whole batch is answered (the 
 ``Carry``) as *one* request carrying all their rows. That saves splitting the batch into
 requests, queueing each and forming them into a batch again. The model still counts each carried
 ensemble request as a request (``InferRequest.carried_rows``); a Python model is handed them apart,
-each with its rows and id, and answers or fails each alone (``CarriedResponses``); a step with
-dynamic batching off, a bounded queue, or instances that cannot take a carried request (process
-instances, decoupled models) gets the requests one by one. Runs started together, as the server
+each with its rows and id, and answers or fails each alone (``CarriedResponses``), in a thread or
+a process instance; a step with dynamic batching off, a bounded queue, or instances that cannot
+take a carried request (a decoupled model's) gets the requests one by one. Runs started together, as the server
 takes a burst of requests a front end read at once (``Server.infer_together``), start their first
 step the same way.
 
