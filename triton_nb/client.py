@@ -31,7 +31,7 @@ from triton_nb.errors import (
     UnavailableError,
 )
 from triton_nb.frames import check_columns, frame_to_inputs, output_columns
-from triton_nb.server.scheduling.batcher import after_batch
+from triton_nb.server.scheduling.together import after_batch
 from triton_nb.tensors import (
     InferRequest,
     InferResponse,

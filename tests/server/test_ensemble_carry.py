@@ -16,8 +16,9 @@ from google.protobuf import text_format
 from triton_nb.errors import InternalError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.observability.stats import ModelStats
-from triton_nb.server.scheduling.batcher import Scheduler, SchedulerSettings, after_batch
+from triton_nb.server.scheduling.batcher import Scheduler, SchedulerSettings
 from triton_nb.server.scheduling.ensemble import EnsembleScheduler
+from triton_nb.server.scheduling.together import after_batch
 from triton_nb.tensors import InferRequest, InferResponse
 
 WAIT_S = 30

@@ -53,9 +53,9 @@ from triton_nb.server.models.instances import InstanceOptions, set_instance_coun
 from triton_nb.server.models.manager import ManagedModel, ManagedVersion, ModelManager
 from triton_nb.server.observability.logs import LogSettings
 from triton_nb.server.observability.stats import ModelStats, ServerStats
-from triton_nb.server.scheduling.batcher import Together
 from triton_nb.server.scheduling.futures import ResponseFuture
 from triton_nb.server.scheduling.rate_limiter import RateLimiter
+from triton_nb.server.scheduling.together import Together
 from triton_nb.server.settings import ServerSettings, parameters_doc
 from triton_nb.tensors import InferRequest, InferResponse
 

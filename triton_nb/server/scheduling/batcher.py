@@ -90,53 +90,12 @@ from triton_nb.errors import (
 )
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.observability.stats import BatchReason, ModelStats
+from triton_nb.server.scheduling.together import Together
 from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
 
-__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings", "Together", "after_batch"]
+__all__ = ["BatchRunner", "Scheduler", "SchedulerSettings"]
 
 log = logging.getLogger(__name__)
-
-# The callbacks to run once the batch this thread is answering is answered (None: not answering).
-_answering = threading.local()
-
-
-def after_batch(callback: Callable[[], None]) -> bool:
-    """From a response future's done-callback: run ``callback`` on this thread once every request
-    of the batch being answered has its response (once, however often it is asked for), and return
-    True; outside the answering of a batch, return False and do nothing. This lets what the
-    responses of one batch set off (an ensemble's next steps) be submitted together."""
-    waiting = getattr(_answering, "callbacks", None)
-    if waiting is None:
-        return False
-    if callback not in waiting:
-        waiting.append(callback)
-    return True
-
-class Together:
-    """``with Together(what):`` on one thread: what :func:`after_batch` is asked for inside the block
-    runs once the block ends (nested blocks keep their own). Held while a batch is answered, and by
-    the server while it takes a burst of requests a front end received at once
-    (``Server.infer_together``): an ensemble's requests that start together reach its first model
-    as one carried request."""
-
-    __slots__ = ("_outer", "_what")
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._outer: list[Callable[[], None]] | None = None
-
-    def __enter__(self) -> None:
-        self._outer = getattr(_answering, "callbacks", None)
-        _answering.callbacks = []
-
-    def __exit__(self, *exc_info: object) -> None:
-        callbacks, _answering.callbacks = _answering.callbacks, self._outer
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # what a response set off must not cost the thread (a worker) its life
-                log.exception("%s: a callback after them failed", self._what)
-
 
 # Linux lets a timed wait end up to the thread's "timer slack" late, 50 µs by default: on top of
 # a max_queue_delay_microseconds of 100 that is half as much again, on every batch, in every step
@@ -280,6 +239,7 @@ class Scheduler:
         one ``InferRequest.arrival_ns`` is read from; it exists so that tests can drive time.
         ``stats``: where the requests are counted (none: not counted, for tests of batching alone)."""
         self.model_name = model_name
+        self._answers_label = f"model '{model_name}': a batch's answers"  # (for the log)
         self._stats = stats
         self.version = version
         self._settings = settings
@@ -648,7 +608,7 @@ class Scheduler:
     # ------------------------------------------------------------------ answering and counting
     def _settle(self, batch: list[PendingRequest], outcome: object) -> None:
         """Answer an executed batch's requests and count them: the successes in one call."""
-        with Together(f"model '{self.model_name}': a batch's answers"):
+        with Together(self._answers_label):
             self._answer(batch, outcome)
 
     def _answer(self, batch: list[PendingRequest], outcome: object) -> None:

@@ -8,7 +8,7 @@ ready. The first failing step fails the ensemble request, with the step named.
 
 Carrying a batch through: when a composing model's batch is answered, the runs it readies for
 the same next step are submitted together once the whole batch is answered (the batcher's
-:func:`~triton_nb.server.scheduling.batcher.after_batch`), and where that step's model accepts it (see
+:func:`~triton_nb.server.scheduling.together.after_batch`), and where that step's model accepts it (see
 ``Carry``) as *one* request carrying all their rows. That saves splitting the batch into
 requests, queueing each and forming them into a batch again. The model still counts each carried
 ensemble request as a request (``InferRequest.carried_rows``); a Python model is handed them apart,
@@ -58,8 +58,8 @@ from triton_nb.errors import InternalError, TritonNBError, UnavailableError
 from triton_nb.repository.config import ModelConfig
 from triton_nb.server.models.checks import CheckedVersion, TensorSpec, passes_as_given
 from triton_nb.server.observability.stats import ModelStats
-from triton_nb.server.scheduling.batcher import after_batch
 from triton_nb.server.scheduling.futures import ResponseFuture
+from triton_nb.server.scheduling.together import after_batch
 from triton_nb.tensors import CarriedResponses, InferRequest, InferResponse
 
 __all__ = ["EnsembleScheduler"]
