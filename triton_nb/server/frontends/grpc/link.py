@@ -118,7 +118,7 @@ class RelayLink(FramedLink):
         servicer = self._servicer
         lease = None
         try:
-            decoded = servicer._decode(pb.ModelInferRequest.FromString(data))
+            decoded = servicer.decode_infer(pb.ModelInferRequest.FromString(data))
             lease, classes = decoded.lease, decoded.classes
             future = self._server.infer_async(decoded.request)
         except Exception as error:
@@ -131,7 +131,7 @@ class RelayLink(FramedLink):
             try:
                 if finished.cancelled():
                     raise InvalidArgumentError("the request was cancelled")
-                payload = servicer._encode(finished.result(), classes, lease).SerializeToString()
+                payload = servicer.encode_infer(finished.result(), classes, lease).SerializeToString()
             except Exception as error:
                 self._fail(relay.REPLY_ERROR, call_id, error)
                 return

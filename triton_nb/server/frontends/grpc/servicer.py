@@ -51,7 +51,7 @@ from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
-__all__ = ["GrpcServicer"]
+__all__ = ["DecodedInfer", "GrpcServicer"]
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,8 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------ inference
-    def _decode(self, request: pb.ModelInferRequest, streaming: bool = False) -> _Decoded:
-        """The request as the server takes it, and what answering it needs (see :class:`_Decoded`)."""
+    def decode_infer(self, request: pb.ModelInferRequest, streaming: bool = False) -> DecodedInfer:
+        """The request as the server takes it, and what answering it needs (see :class:`DecodedInfer`)."""
         leases: list[SharedMemoryLease] = []
         try:
             return self._decode_tensors(request, streaming, leases)
@@ -272,7 +272,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return leases[0]
 
     def _decode_tensors(self, request: pb.ModelInferRequest, streaming: bool, leases: list[SharedMemoryLease]
-                        ) -> _Decoded:
+                        ) -> DecodedInfer:
         model = request.model_name
         version = parse_version(request.model_version)
         # the model first, as Triton: a request to an unknown model is NOT_FOUND whatever its inputs
@@ -334,10 +334,10 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     continue
             if "classification" in output.parameters:
                 classes[output.name] = _parameter(output.parameters["classification"])
-        return _Decoded(infer_request(model, version, arrays, requested, request.id, options), classes,
+        return DecodedInfer(infer_request(model, version, arrays, requested, request.id, options), classes,
                         leases[0] if leases else None, decoupled, options)
 
-    def _encode(self, response: InferResponse, classes: dict[str, int], lease: SharedMemoryLease | None = None
+    def encode_infer(self, response: InferResponse, classes: dict[str, int], lease: SharedMemoryLease | None = None
                 ) -> pb.ModelInferResponse:
         model = response.model_name
         message = pb.ModelInferResponse(model_name=model, model_version=str(response.model_version),
@@ -365,10 +365,10 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         lease = None
         try:
-            decoded = self._decode(request)
+            decoded = self.decode_infer(request)
             lease = decoded.lease
             response = await asyncio.wrap_future(self._server.infer_async(decoded.request))
-            return self._encode(response, decoded.classes, lease)
+            return self.encode_infer(response, decoded.classes, lease)
         except Exception as error:
             await self._abort(context, error)
         finally:
@@ -390,7 +390,7 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
 
 
-class _Decoded(NamedTuple):
+class DecodedInfer(NamedTuple):
     """A decoded ``ModelInferRequest``: the request, its classification counts, the shared-memory
     lease the caller releases once the last response is encoded (None when no tensor is in shared
     memory), whether the model is decoupled, and the request's parameters as read."""
@@ -440,7 +440,7 @@ class _Stream:
     def _start(self, request: pb.ModelInferRequest) -> None:
         decoded = None
         try:
-            decoded = self._servicer._decode(request, streaming=True)
+            decoded = self._servicer.decode_infer(request, streaming=True)
             if decoded.decoupled:
                 decoded.request.response_sender = self._sender(request, decoded)
             future = self._servicer._server.infer_async(decoded.request)
@@ -459,7 +459,7 @@ class _Stream:
             self.outbox.put_nowait(message)
         self.outbox.put_nowait(None)
 
-    def _on_done(self, request: pb.ModelInferRequest, decoded: _Decoded, finished: Any) -> None:
+    def _on_done(self, request: pb.ModelInferRequest, decoded: DecodedInfer, finished: Any) -> None:
         """The future of a request is done: its error, or the one response of a model that is not
         decoupled (a decoupled model's responses come through its sender)."""
         error = InvalidArgumentError("the request was cancelled") if finished.cancelled() else finished.exception()
@@ -470,7 +470,7 @@ class _Stream:
         elif not decoded.decoupled:
             try:
                 message = pb.ModelStreamInferResponse(
-                    infer_response=self._servicer._encode(finished.result(), decoded.classes, decoded.lease))
+                    infer_response=self._servicer.encode_infer(finished.result(), decoded.classes, decoded.lease))
             except Exception as encode_error:  # an output region too small
                 message = _stream_error(request, encode_error)
             finally:
@@ -478,7 +478,7 @@ class _Stream:
                     decoded.lease.release()
             self._loop.call_soon_threadsafe(self._end, message)
 
-    def _sender(self, request: pb.ModelInferRequest, decoded: _Decoded
+    def _sender(self, request: pb.ModelInferRequest, decoded: DecodedInfer
                 ) -> Callable[[InferResponse | None, bool], None]:
         """The response sender of a decoupled request: called on the model's thread."""
         def sent(response: InferResponse | None, final: bool) -> None:
@@ -486,7 +486,7 @@ class _Stream:
 
         return sent
 
-    def _deliver(self, request: pb.ModelInferRequest, decoded: _Decoded, response: InferResponse | None,
+    def _deliver(self, request: pb.ModelInferRequest, decoded: DecodedInfer, response: InferResponse | None,
                  final: bool) -> None:
         message = self._streamed(request, decoded, response, final)
         if not final:
@@ -497,7 +497,7 @@ class _Stream:
             decoded.lease.release()
         self._end(message)
 
-    def _streamed(self, request: pb.ModelInferRequest, decoded: _Decoded, response: InferResponse | None,
+    def _streamed(self, request: pb.ModelInferRequest, decoded: DecodedInfer, response: InferResponse | None,
                   final: bool) -> pb.ModelStreamInferResponse | None:
         """The message for one response of a decoupled model; None for a bare final flag that the
         client did not ask to see (``triton_enable_empty_final_response``)."""
@@ -507,7 +507,7 @@ class _Stream:
         if response is not None:
             try:
                 message = pb.ModelStreamInferResponse(
-                    infer_response=self._servicer._encode(response, decoded.classes, decoded.lease))
+                    infer_response=self._servicer.encode_infer(response, decoded.classes, decoded.lease))
             except Exception as encode_error:  # an output region too small
                 message = _stream_error(request, encode_error)
         elif final and want_final_flag:
