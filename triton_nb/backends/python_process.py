@@ -318,7 +318,7 @@ class ProcessPythonBackend(Backend):
 
     # -- executing -----------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        # a carried request crosses as one (packing joins its rows back), the model gets it apart
+        # a carried request is split here (execute_apart), and packing joins its rows again for the process
         return execute_apart(requests, self._execute)
 
     def _execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:

@@ -335,10 +335,10 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if "classification" in output.parameters:
                 classes[output.name] = _parameter(output.parameters["classification"])
         return DecodedInfer(infer_request(model, version, arrays, requested, request.id, options), classes,
-                        leases[0] if leases else None, decoupled, options)
+                            leases[0] if leases else None, decoupled, options)
 
-    def encode_infer(self, response: InferResponse, classes: dict[str, int], lease: SharedMemoryLease | None = None
-                ) -> pb.ModelInferResponse:
+    def encode_infer(self, response: InferResponse, classes: dict[str, int],
+                     lease: SharedMemoryLease | None = None) -> pb.ModelInferResponse:
         model = response.model_name
         message = pb.ModelInferResponse(model_name=model, model_version=str(response.model_version),
                                         id=response.request_id)
