@@ -48,7 +48,7 @@ from triton_nb.server.cache import CacheCollector, CacheSwitches, ResponseCache,
 from triton_nb.server.collector import freeze_while_serving, unfreeze_after_serving
 from triton_nb.server.frontends.network import FrontendOptions, NetworkFrontends
 from triton_nb.server.frontends.shared_memory import SharedMemoryRegistry
-from triton_nb.server.models.checks import CheckedVersion, check_request
+from triton_nb.server.models.checks import CheckedVersion, check_carried_request, check_request
 from triton_nb.server.models.instances import InstanceOptions, set_instance_count
 from triton_nb.server.models.manager import ManagedModel, ManagedVersion, ModelManager
 from triton_nb.server.observability.logs import LogSettings
@@ -562,6 +562,41 @@ class Server:
             # the scheduler counts it: pending, then success or failure with its batch
             return future if lookup is None else lookup.finish(future)
         raise InternalError("unreachable")  # pragma: no cover
+
+    def infer_carried_async(self, request: InferRequest) -> list[Future] | None:
+        """See :meth:`InferenceService.infer_carried_async`. Taken where the requests would all be
+        admitted (``max_pending_requests``) and pass their checks, and the model is an ensemble
+        whose chain road takes them (``EnsembleScheduler.takes_carried``) with no response cache
+        to look them up in; each is then counted as a pending request until it is answered."""
+        count = len(request.carried_rows)
+        if self._stopped or count < 2 or len(request.carried_request_ids) != count:
+            return None
+        try:
+            target = self._resolve(request.model_name, request.model_version)
+        except TritonNBError:  # unknown or not ready: each request is refused alone
+            return None
+        ensemble = target.ensemble
+        if ensemble is None or not ensemble.takes_carried(request) or (
+                self._cache is not None and self._cache.switches.enabled(target)):
+            return None
+        try:
+            limit = target.scheduler.settings.max_batch_size if target.scheduler else None
+            check_carried_request(target, request, limit, self.settings.max_string_bytes)
+        except TritonNBError:  # each request is refused alone, with its own message and count
+            return None
+        with self._pending_lock:
+            if self._pending + count > self.settings.max_pending_requests:
+                return None
+            self._pending += count
+        try:
+            futures = ensemble.run_carried(request)
+        except BaseException:
+            with self._pending_lock:
+                self._pending -= count
+            raise
+        for future in futures:
+            future.add_done_callback(self._release_pending)
+        return futures
 
     def infer_together(self) -> Together:
         """See :meth:`InferenceService.infer_together`: an ensemble's runs started inside submit

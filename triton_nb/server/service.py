@@ -49,6 +49,13 @@ class InferenceService(Protocol):
     def infer(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
         """Run a request and wait for its response (raises the request's error)."""
 
+    def infer_carried_async(self, request: InferRequest) -> list[Future[InferResponse]] | None:
+        """Queue the requests ``request`` carries: requests of one signature a front end decoded
+        together, their inputs joined along the batch (``carried_rows``, the rows of each, and
+        ``carried_request_ids``, in order). One future each, in order; each request is admitted,
+        checked, counted and answered or failed as if it came alone. None, with nothing queued or
+        counted, where the server cannot take them so (the front end then sends them one by one)."""
+
     def infer_together(self) -> AbstractContextManager[None]:
         """``with service.infer_together():`` around :meth:`infer_async` calls for a burst of requests
         received at once, on one thread: work they set off together (an ensemble's first step)

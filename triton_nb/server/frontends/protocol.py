@@ -27,6 +27,7 @@ __all__ = [
     "SERVER_NAME",
     "WireLimits",
     "array_from_buffer",
+    "array_from_joined_values",
     "array_from_values",
     "array_to_buffer",
     "array_to_values",
@@ -211,6 +212,25 @@ def array_from_values(model: str, tensor: str, datatype: Any, shape: tuple[int, 
         raise InvalidArgumentError(
             f"model '{model}': input '{tensor}' has data that is not {datatype}: {exc}") from None
     return array.reshape(shape)
+
+
+# The JSON element types whose values read the same joined with other requests' as alone, by the
+# datatype's kind: numpy reads a bool among numbers as a number, and a nested list would flatten
+# across the requests' borders.
+_JOINABLE_TYPES = {"b": frozenset((bool,)), "i": frozenset((int,)), "u": frozenset((int,)),
+                   "f": frozenset((int, float)), "O": frozenset((str,))}
+
+
+def array_from_joined_values(model: str, tensor: str, datatype: Any, shape: tuple[int, ...],
+                             values: list[Any]) -> np.ndarray | None:
+    """:func:`array_from_values` for the flat JSON value lists of several requests joined in order
+    (their tensors joined along the batch, ``shape`` the joined one). None where reading them
+    joined might read one of them otherwise than alone (see ``_JOINABLE_TYPES``): read each alone
+    then. Raises as :func:`array_from_values` does."""
+    joinable = _JOINABLE_TYPES.get(_dtype(model, tensor, datatype).kind)
+    if joinable is None or not joinable.issuperset(map(type, values)):
+        return None
+    return array_from_values(model, tensor, datatype, shape, values)
 
 
 def array_to_buffer(array: np.ndarray) -> bytes:

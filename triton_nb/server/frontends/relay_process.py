@@ -77,16 +77,24 @@ class FramedLink(asyncio.Protocol):
         offset = 0
         # The requests of one read arrived together (the relay wrote them while the server was busy):
         # the server takes them as one burst (see InferenceService.infer_together).
-        with self._together():
-            while len(buffer) - offset >= HEADER.size:
-                size, request_id, kind = HEADER.unpack_from(buffer, offset)
-                end = offset + HEADER.size + size
-                if len(buffer) < end:
-                    break
-                payload = bytes(buffer[offset + HEADER.size:end])
-                offset = end
-                self.frame_received(kind, request_id, payload)
+        frames = []
+        while len(buffer) - offset >= HEADER.size:
+            size, request_id, kind = HEADER.unpack_from(buffer, offset)
+            end = offset + HEADER.size + size
+            if len(buffer) < end:
+                break
+            frames.append((kind, request_id, bytes(buffer[offset + HEADER.size:end])))
+            offset = end
         del buffer[:offset]
+        if frames:
+            with self._together():
+                self.frames_received(frames)
+
+    def frames_received(self, frames: list[tuple[int, int, bytes]]) -> None:
+        """The ``(kind, request id, payload)`` frames of one read, in order: one by one to
+        :meth:`frame_received`, unless a link takes them together."""
+        for kind, request_id, payload in frames:
+            self.frame_received(kind, request_id, payload)
 
     def frame_received(self, kind: int, request_id: int, payload: bytes) -> None:
         raise NotImplementedError

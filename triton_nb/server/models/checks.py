@@ -130,6 +130,27 @@ def check_request(target: CheckedVersion, request: InferRequest, live_max_batch_
             raise InvalidArgumentError(f"unexpected inference output '{output}' for model '{name}'")
 
 
+def check_carried_request(target: CheckedVersion, request: InferRequest, live_max_batch_size: int | None = None,
+                          max_string_bytes: int | None = None) -> None:
+    """:func:`check_request` for each of the requests ``request`` carries (``carried_rows``:
+    requests decoded together, of one signature, their inputs joined), without a request of its
+    own for each: the first rows, as many as the largest carried request's, are checked as one
+    request (so the batch size checked is a request's, not the group's), and every element of
+    the joined strings for its length. It raises where one of the requests would."""
+    rows = max(request.carried_rows)
+    if min(request.carried_rows) < 1:
+        raise InvalidArgumentError(f"model '{target.name}': a carried request has no rows")
+    first = InferRequest(model_name=request.model_name,
+                         inputs={name: array[:rows] for name, array in request.inputs.items()},
+                         requested_outputs=request.requested_outputs, request_id=request.carried_request_ids[0])
+    check_request(target, first, live_max_batch_size)
+    if max_string_bytes is None:
+        return
+    for name, array in request.inputs.items():
+        if target.inputs[name].strings:
+            _check_string_lengths(target.name, name, array, max_string_bytes)
+
+
 def _conforms(target: CheckedVersion, request: InferRequest, limit: int, max_string_bytes: int | None) -> bool:
     """The common case without a loop over the inputs: every input given, numpy arrays of the
     config's exact datatype and fixed dims, one batch size within the limit, known outputs. False

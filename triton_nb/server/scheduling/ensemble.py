@@ -246,6 +246,33 @@ class EnsembleScheduler:
             _EnsembleRun(self, request, future).start()
         return future
 
+    def takes_carried(self, request: InferRequest) -> bool:
+        """Whether :meth:`run_carried` takes ``request``: the chain's road applies to each request it
+        carries (every input given, no parameters) and the ensemble batches, so their rows join."""
+        return (self.chain is not None and self.batching and not request.parameters
+                and request.inputs.keys() == self.all_inputs)
+
+    def run_carried(self, request: InferRequest) -> list[Future]:
+        """Run the requests ``request`` carries (``carried_rows``, ``carried_request_ids``: requests a
+        front end decoded together, their inputs joined; see :meth:`takes_carried`) as that many
+        ensemble requests: one future each, each counted, answered or failed alone. Their first
+        step is submitted with the joined inputs as they are, as one carried request where its
+        model takes one, without joining them again."""
+        runs, start = [], 0
+        for rows, request_id in zip(request.carried_rows, request.carried_request_ids, strict=True):
+            end = start + rows
+            one = InferRequest(
+                model_name=request.model_name, model_version=request.model_version,
+                inputs={name: array[start:end] for name, array in request.inputs.items()},
+                requested_outputs=request.requested_outputs, request_id=request_id, priority=request.priority,
+                timeout_microseconds=request.timeout_microseconds, arrival_ns=request.arrival_ns)
+            runs.append(_ChainRun(one, ResponseFuture(), True))
+            start = end
+        if self.stats is not None:
+            self.stats.pending_add(len(runs))
+        self._chain_send(0, runs, request.inputs)
+        return [run.future for run in runs]
+
     # ------------------------------------------------------------------ the chain's road
     def _chain_start(self, run: _ChainRun) -> None:
         """Submit the first step; inside a batch being answered (a caller resubmitting from its
@@ -257,9 +284,10 @@ class EnsembleScheduler:
         for group in _by_priority_and_timeout(self._take_deferred("chain_starts")):
             self._chain_send(0, group)
 
-    def _chain_send(self, position: int, runs: list[_ChainRun]) -> None:
+    def _chain_send(self, position: int, runs: list[_ChainRun], joined: dict[str, np.ndarray] | None = None) -> None:
         """Submit chain step ``position`` for ``runs``: as one carried request where its model
-        takes one, else one request each."""
+        takes one, else one request each. ``joined``: the runs' tensors already joined, in order
+        (the ensemble's inputs of :meth:`run_carried`)."""
         index = self.chain[position]
         step = self.plan[index]
         submit = self._submit_first if position == 0 else self._submit
@@ -268,8 +296,8 @@ class EnsembleScheduler:
             rows = tuple(len(run.tensors[first_tensor]) for run in runs)
             if self._carry is not None and self._carry(step.model_name, step.model_version, sum(rows)):
                 try:
-                    inputs = {name: np.concatenate([run.tensors[tensor] for run in runs])
-                              for name, tensor in step.inputs}
+                    inputs = {name: joined[tensor] if joined is not None else
+                              np.concatenate([run.tensors[tensor] for run in runs]) for name, tensor in step.inputs}
                 except ValueError:  # shapes that cannot join: one by one, as the batcher would
                     pass
                 else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,34 +53,40 @@ class HttpRelayLink(FramedLink):
     def _reply(self, request_id: int, answer: tuple[int, list[tuple[bytes, bytes]], bytes]) -> None:
         self.send(relay.REPLY, request_id, relay.encode_reply(*answer))
 
-    def frame_received(self, kind: int, request_id: int, payload: bytes) -> None:
-        if kind == relay.REQUEST:
-            self._request(request_id, payload)
-
-    def _request(self, request_id: int, payload: bytes) -> None:
-        method, path, headers, body, state = relay.decode_request(payload)
+    def frames_received(self, frames: list[tuple[int, int, bytes]]) -> None:
+        # The inference requests of one read go to the application together, which may decode
+        # them together (HttpApp.begin_infer_burst); every other request runs as a task.
         app = self._app
-        route = app.infer_route(method, path) if state == relay.BODY_WHOLE else None
-        if route is None:
-            task = asyncio.ensure_future(self._answer(request_id, method, path, headers, body, state))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        burst: list[tuple[int, str, str]] = []
+        requests: list[tuple[str, str, dict[bytes, bytes], bytes]] = []
+        for kind, request_id, payload in frames:
+            if kind != relay.REQUEST:
+                continue
+            method, path, headers, body, state = relay.decode_request(payload)
+            route = app.infer_route(method, path) if state == relay.BODY_WHOLE else None
+            if route is None:
+                task = asyncio.ensure_future(self._answer(request_id, method, path, headers, body, state))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                continue
+            burst.append((request_id, method, path))
+            requests.append((*route, dict(headers), body))
+        if not requests:
             return
-        try:
-            call = app.begin_infer(*route, dict(headers), body)
-        except Exception as error:
-            self._reply(request_id, app.error_answer(error, method, path))
-            return
-
-        def answer(_: Any) -> None:  # on the model thread that finished the request
-            try:
-                reply = call.reply()
-            except Exception as error:
-                self._reply(request_id, app.error_answer(error, method, path))
+        for (request_id, method, path), call in zip(burst, app.begin_infer_burst(requests), strict=True):
+            if isinstance(call, Exception):
+                self._reply(request_id, app.error_answer(call, method, path))
             else:
-                self._reply(request_id, (reply.status, reply.headers, reply.body))
+                call.future.add_done_callback(partial(self._finished, request_id, method, path, call))
 
-        call.future.add_done_callback(answer)
+    def _finished(self, request_id: int, method: str, path: str, call: Any, _: Any) -> None:
+        """Answer a finished request, on the model thread that finished it."""
+        try:
+            reply = call.reply()
+        except Exception as error:
+            self._reply(request_id, self._app.error_answer(error, method, path))
+        else:
+            self._reply(request_id, (reply.status, reply.headers, reply.body))
 
     async def _answer(self, request_id: int, method: str, path: str, headers: list[tuple[bytes, bytes]],
                       body: bytes, state: int) -> None:
