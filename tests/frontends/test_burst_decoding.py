@@ -1,8 +1,8 @@
-"""A burst of HTTP inference requests that arrived together (one read of the relay's) is decoded
-together where that changes nothing a client sees: requests of one signature to an ensemble on its
-chain road enter the server as one carried request, and every request is still answered, failed
-and counted as if it had come alone (``HttpApp.begin_infer_burst``,
-``InferenceService.infer_carried_async``).
+"""A burst of HTTP or gRPC inference requests that arrived together (one read of the relay's) is
+decoded together where that changes nothing a client sees: requests of one signature to an ensemble
+on its chain road enter the server as one carried request, and every request is still answered,
+failed and counted as if it had come alone (``HttpApp.begin_infer_burst``,
+``GrpcServicer.start_infer_burst``, ``InferenceService.infer_carried_async``).
 
 The property every test here holds the burst to: each request's status and body are those the same
 request gets on its own."""
@@ -13,13 +13,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
 
 from tests.helpers.python_models import write_model
+from triton_nb.errors import wire_message, wire_status
 from triton_nb.server.core import Server
+from triton_nb.server.frontends.grpc.servicer import GrpcServicer
 from triton_nb.server.frontends.http.app import HttpApp
 from triton_nb.server.frontends.protocol import WireLimits
 from triton_nb.server.observability.logs import LogSettings
+from triton_nb.tensors import serialize_bytes
 
 WAIT_S = 30
 
@@ -269,3 +275,114 @@ def test_a_burst_is_not_joined_where_the_response_cache_serves_the_ensemble(tmp_
         together = answer(app, server, items, together=True)
         assert together == answer(app, server, items, together=False)
         assert stats_of(server, "pipe")["inference_stats"]["cache_hit"]["count"] >= 4
+
+
+# ---------------------------------------------------------------------------------- gRPC
+
+
+def message(model: str, i: int, rows: int = 1, labels: list[bytes] | None = None, x_bytes: bytes | None = None,
+            **fields: Any) -> pb.ModelInferRequest:
+    """A ``ModelInferRequest`` with raw contents, as tritonclient sends it: X = [i, i + 0.5] per row."""
+    x = np.tile(np.array([i, i + 0.5], np.float32), (rows, 1))
+    label = np.array(labels if labels is not None else [f"l{i}".encode()] * rows, dtype=object).reshape(rows, -1)
+    request = pb.ModelInferRequest(model_name=model, id=f"r{i}", **fields)
+    request.inputs.add(name="X", datatype="FP32", shape=[rows, 2])
+    request.inputs.add(name="LABEL", datatype="BYTES", shape=list(label.shape))
+    request.raw_input_contents.extend([x.tobytes() if x_bytes is None else x_bytes, serialize_bytes(label)])
+    return request
+
+
+def grpc_answer(servicer: GrpcServicer, server: Server, messages: list[pb.ModelInferRequest],
+                together: bool) -> list[tuple[str, Any]]:
+    """("OK", the response as JSON) or (status code, message) of each message: as one burst, or each alone."""
+    if together:
+        with server.infer_together():
+            started = servicer.start_infer_burst(messages)
+    else:
+        started = []
+        for one in messages:
+            started += servicer.start_infer_burst([one])
+            if not isinstance(started[-1], Exception):
+                started[-1].future.exception(timeout=WAIT_S)
+    answers: list[tuple[str, Any]] = []
+    for item in started:
+        error = item if isinstance(item, Exception) else item.future.exception(timeout=WAIT_S)
+        if error is not None:
+            answers.append((wire_status(error)[1], wire_message(error)))
+            continue
+        response = servicer.encode_infer(item.future.result(), item.classes, item.lease)
+        answers.append(("OK", json_format.MessageToDict(response)))
+    return answers
+
+
+def test_grpc_a_burst_of_one_signature_enters_as_one_carried_request_and_each_is_answered_as_alone(server,
+                                                                                                   monkeypatch):
+    servicer = GrpcServicer(server, WireLimits(), LogSettings())
+    taken = taken_groups(server, monkeypatch)
+    messages = [message("pipe", i) for i in range(5)]
+    together = grpc_answer(servicer, server, messages, together=True)
+    assert taken == [tuple(f"r{i}" for i in range(5))]
+    assert stats_of(server, "double")["execution_count"] == 1
+    assert together == grpc_answer(servicer, server, messages, together=False)
+    for i, (status, response) in enumerate(together):
+        assert status == "OK" and response["id"] == f"r{i}"
+        z = np.frombuffer(__import__("base64").b64decode(response["rawOutputContents"][
+            [output["name"] for output in response["outputs"]].index("Z")]), np.float32)
+        assert z.tolist() == [2 * i + 1, 2 * i + 2]
+    assert successes(server, "pipe") == (10, 0)
+
+
+def test_grpc_every_request_of_a_mixed_burst_is_answered_and_counted_as_alone(server, monkeypatch):
+    servicer = GrpcServicer(server, WireLimits(), LogSettings())
+    taken = taken_groups(server, monkeypatch)
+    messages = [
+        message("pipe", 1),
+        message("pipe", -2),  # fails in the model, alone, inside a group taken whole
+        message("pipe", 3),
+        message("pipe", 5, rows=2),  # two BYTES elements a request: read alone
+        message("pipe", 7, rows=2),
+        message("pipe", 8, labels=[b"x", b"y"], rows=1),  # LABEL of shape [1, 2]: a signature of its own
+        message("pipe", 9, parameters={"priority": pb.InferParameter(int64_param=1)}),
+        message("double", 10),  # a model that is no ensemble
+        message("double", 11),
+        message("nothing", 12),  # an unknown model
+        message("nothing", 13),
+        message("pipe", 14, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="Z")]),
+        message("pipe", 15, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="Z")]),
+        message("pipe", 16, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="W")]),  # unknown
+        message("pipe", 17, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="W")]),
+    ]
+    together = grpc_answer(servicer, server, messages, together=True)
+    counted = successes(server, "pipe")
+    alone = grpc_answer(servicer, server, messages, together=False)
+    for one, burst_answer, alone_answer in zip(messages, together, alone, strict=True):
+        assert burst_answer == alone_answer, one.id
+    assert sorted(taken) == [("r1", "r-2", "r3"), ("r14", "r15")]
+    assert together[1][0] != "OK" and "negative input in request r-2" in together[1][1]
+    assert [status for status, _ in together].count("OK") == 9
+    assert successes(server, "pipe") == (2 * counted[0], 2 * counted[1])
+
+
+def _two_labels_for_one() -> pb.ModelInferRequest:
+    odd = message("pipe", 4)
+    odd.raw_input_contents[1] = serialize_bytes(np.array([b"a", b"b"], dtype=object))
+    return odd
+
+
+def _label_longer_than_its_buffer() -> pb.ModelInferRequest:
+    odd = message("pipe", 4)
+    odd.raw_input_contents[1] = b"\x09\0\0\0abc"
+    return odd
+
+
+@pytest.mark.parametrize("odd", [lambda: message("pipe", 4, x_bytes=b"\0" * 4), _two_labels_for_one,
+                                 _label_longer_than_its_buffer], ids=["short X", "two labels", "long label"])
+def test_grpc_a_burst_with_a_malformed_buffer_is_read_one_by_one(tmp_path, monkeypatch, odd):
+    with start(write_repository(tmp_path)) as server:
+        servicer = GrpcServicer(server, WireLimits(), LogSettings())
+        taken = taken_groups(server, monkeypatch)
+        messages = [message("pipe", 1), message("pipe", 3), odd()]
+        together = grpc_answer(servicer, server, messages, together=True)
+        assert taken == []
+        assert together == grpc_answer(servicer, server, messages, together=False)
+        assert [status for status, _ in together] == ["OK", "OK", "INVALID_ARGUMENT"]

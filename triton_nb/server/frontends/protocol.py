@@ -11,6 +11,7 @@ can act on, never a traceback from numpy.
 
 from __future__ import annotations
 
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "SERVER_NAME",
     "WireLimits",
     "array_from_buffer",
+    "array_from_joined_buffers",
     "array_from_joined_values",
     "array_from_values",
     "array_to_buffer",
@@ -231,6 +233,33 @@ def array_from_joined_values(model: str, tensor: str, datatype: Any, shape: tupl
     if joinable is None or not joinable.issuperset(map(type, values)):
         return None
     return array_from_values(model, tensor, datatype, shape, values)
+
+
+_LENGTH = struct.Struct("<I")  # a BYTES element's length prefix
+
+
+def array_from_joined_buffers(model: str, tensor: str, datatype: Any, shape: tuple[int, ...],
+                              buffers: list[bytes]) -> np.ndarray | None:
+    """:func:`array_from_buffer` for the raw buffers of several requests whose tensors are each of
+    ``shape``, joined along the batch (the first dim). None where a buffer is not exactly one
+    request's (read each alone then, which says what is wrong): BYTES are joined only at one
+    element a request, whose length prefix must span its buffer."""
+    dtype = _dtype(model, tensor, datatype)
+    count = element_count(shape)
+    joined = (shape[0] * len(buffers), *shape[1:]) if shape else ()
+    if not joined:
+        return None
+    if dtype.kind == "O":
+        if count != 1 or not all(len(buffer) >= 4 and _LENGTH.unpack_from(buffer)[0] == len(buffer) - 4
+                                 for buffer in buffers):
+            return None
+        values = np.empty(len(buffers), dtype=object)
+        values[:] = [bytes(buffer[4:]) for buffer in buffers]
+        return values.reshape(joined)
+    size = count * dtype.itemsize
+    if any(len(buffer) != size for buffer in buffers):
+        return None
+    return array_from_buffer(model, tensor, datatype, joined, b"".join(buffers))
 
 
 def array_to_buffer(array: np.ndarray) -> bytes:

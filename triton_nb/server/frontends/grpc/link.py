@@ -15,6 +15,7 @@ import logging
 import socket
 import struct
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from triton_nb.errors import InvalidArgumentError, TritonNBError, UnavailableError, wire_message, wire_status
 from triton_nb.server.frontends.grpc import relay
-from triton_nb.server.frontends.grpc.servicer import GrpcServicer
+from triton_nb.server.frontends.grpc.servicer import GrpcServicer, StartedInfer
 from triton_nb.server.frontends.relay_process import FramedLink, RelayProcess
 
 __all__ = ["GrpcRelay", "RelayLink"]
@@ -70,7 +71,6 @@ class RelayLink(FramedLink):
     def __init__(self, servicer: GrpcServicer, link: socket.socket) -> None:
         super().__init__(link, servicer.service.infer_together)
         self._servicer = servicer
-        self._server = servicer.service
         self._streams: dict[int, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
 
@@ -80,13 +80,32 @@ class RelayLink(FramedLink):
         super().connection_lost(exc)
 
     # ------------------------------------------------------------------ calls
+    def frames_received(self, frames: list[tuple[int, int, bytes]]) -> None:
+        # The ModelInfer calls of one read go to the servicer together, which may decode them
+        # together (GrpcServicer.start_infer_burst); every other frame is taken in order.
+        calls: list[int] = []
+        messages: list[pb.ModelInferRequest] = []
+        for kind, call_id, payload in frames:
+            if kind == relay.CALL and payload.startswith(b"ModelInfer\0"):
+                try:
+                    messages.append(pb.ModelInferRequest.FromString(payload[len(b"ModelInfer\0"):]))
+                except Exception as error:  # not a ModelInferRequest: answered at once
+                    self._fail(relay.REPLY_ERROR, call_id, error)
+                    continue
+                calls.append(call_id)
+            else:
+                self.frame_received(kind, call_id, payload)
+        if messages:
+            for call_id, started in zip(calls, self._servicer.start_infer_burst(messages), strict=True):
+                if isinstance(started, Exception):
+                    self._fail(relay.REPLY_ERROR, call_id, started)
+                else:
+                    started.future.add_done_callback(partial(self._answer, call_id, started))
+
     def frame_received(self, kind: int, call_id: int, payload: bytes) -> None:
         if kind == relay.CALL:
             method, _, request = payload.partition(b"\0")
-            if method == b"ModelInfer":
-                self._model_infer(call_id, request)
-            else:
-                self._spawn(self._unary(call_id, method.decode(), request))
+            self._spawn(self._unary(call_id, method.decode(), request))
         elif kind == relay.STREAM_OPEN:
             queue: asyncio.Queue = asyncio.Queue()
             self._streams[call_id] = queue
@@ -114,33 +133,20 @@ class RelayLink(FramedLink):
         _, code = wire_status(error)
         self.send(kind, call_id, _error_payload(code, wire_message(error)))
 
-    def _model_infer(self, call_id: int, data: bytes) -> None:
-        servicer = self._servicer
-        lease = None
+    def _answer(self, call_id: int, started: StartedInfer, finished: Any) -> None:
+        """Answer a finished ``ModelInfer`` call, on the model thread that finished it."""
         try:
-            decoded = servicer.decode_infer(pb.ModelInferRequest.FromString(data))
-            lease, classes = decoded.lease, decoded.classes
-            future = self._server.infer_async(decoded.request)
+            if finished.cancelled():
+                raise InvalidArgumentError("the request was cancelled")
+            payload = self._servicer.encode_infer(finished.result(), started.classes,
+                                                  started.lease).SerializeToString()
         except Exception as error:
-            if lease is not None:
-                lease.release()
             self._fail(relay.REPLY_ERROR, call_id, error)
             return
-
-        def answer(finished: Any) -> None:  # on the model thread that finished the request
-            try:
-                if finished.cancelled():
-                    raise InvalidArgumentError("the request was cancelled")
-                payload = servicer.encode_infer(finished.result(), classes, lease).SerializeToString()
-            except Exception as error:
-                self._fail(relay.REPLY_ERROR, call_id, error)
-                return
-            finally:
-                if lease is not None:  # the outputs are in their regions (or failed to be)
-                    lease.release()
-            self.send(relay.REPLY, call_id, payload)
-
-        future.add_done_callback(answer)
+        finally:
+            if started.lease is not None:  # the outputs are in their regions (or failed to be)
+                started.lease.release()
+        self.send(relay.REPLY, call_id, payload)
 
     async def _unary(self, call_id: int, method: str, data: bytes) -> None:
         handler = getattr(type(self._servicer), method, None)

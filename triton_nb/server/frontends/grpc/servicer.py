@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -38,6 +39,7 @@ from triton_nb.server.frontends.protocol import (
     SERVER_NAME,
     WireLimits,
     array_from_buffer,
+    array_from_joined_buffers,
     array_from_values,
     array_to_buffer,
     check_shape,
@@ -51,7 +53,7 @@ from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
 
-__all__ = ["DecodedInfer", "GrpcServicer"]
+__all__ = ["DecodedInfer", "GrpcServicer", "StartedInfer"]
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +268,78 @@ class GrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 lease.release()
             raise
 
+    def start_infer_burst(self, messages: list[pb.ModelInferRequest]) -> list[StartedInfer | Exception]:
+        """Decode and queue the ``ModelInfer`` requests of a burst that arrived together (one read of
+        the relay's), in order: each one's :class:`StartedInfer`, or the error it raised.
+
+        Requests of one signature (the same model and version, input names, datatypes and shapes,
+        every input in ``raw_input_contents`` with no parameters, the same outputs asked for with
+        no parameters, no request parameters) are decoded together, each input joined from their
+        buffers once, and queued as one carried request where the server takes them so
+        (:meth:`InferenceService.infer_carried_async`: an ensemble on its chain road); the others,
+        and every group the server does not take or whose buffers are not each exactly one
+        request's, one by one, exactly as alone. Each is still answered, counted and failed alone,
+        as ``HttpApp.begin_infer_burst`` does for HTTP. (Measured 2026-12-07, the fraud twin over
+        gRPC with 2,048 distinct rows, alternated with the code before in one run, medians of 5
+        rounds' ratios: 1.13x at 16 in flight, 1.04x at 32, p99 lower; docs/performance.md.)"""
+        started: list[Any] = [None] * len(messages)
+        groups: dict[tuple, list[int]] = {}
+        for position, message in enumerate(messages):
+            key = _joinable_signature(message) if len(messages) > 1 else None
+            if key is None:
+                started[position] = self._start_one(message)
+            else:
+                groups.setdefault(key, []).append(position)
+        for positions in groups.values():
+            members = [messages[position] for position in positions]
+            joined = self._start_joined(members) if len(members) > 1 else None
+            for i, position in enumerate(positions):
+                started[position] = joined[i] if joined is not None else self._start_one(messages[position])
+        return started
+
+    def _start_one(self, message: pb.ModelInferRequest) -> StartedInfer | Exception:
+        lease = None
+        try:
+            decoded = self.decode_infer(message)
+            lease = decoded.lease
+            return StartedInfer(self._server.infer_async(decoded.request), decoded.classes, lease)
+        except Exception as error:
+            if lease is not None:
+                lease.release()
+            return error
+
+    def _start_joined(self, members: list[pb.ModelInferRequest]) -> list[StartedInfer | Exception] | None:
+        """A group of :func:`_joinable_signature` queued as one carried request; None, with nothing
+        queued, where it is not taken so."""
+        try:
+            first = self.decode_infer(members[0])  # every check the signature's requests share, once
+            if first.lease is not None:
+                first.lease.release()
+                return None
+            model = first.request.model_name
+            inputs: dict[str, np.ndarray] = {}
+            for index, tensor in enumerate(members[0].inputs):
+                array = array_from_joined_buffers(model, tensor.name, tensor.datatype, tuple(tensor.shape),
+                                                  [message.raw_input_contents[index] for message in members])
+                if array is None:
+                    return None
+                inputs[tensor.name] = array
+            request = first.request
+            carried = InferRequest(
+                model_name=model, inputs=inputs, model_version=request.model_version,
+                requested_outputs=request.requested_outputs, request_id=request.request_id,
+                carried_rows=(int(members[0].inputs[0].shape[0]),) * len(members),
+                carried_request_ids=tuple(message.id for message in members))
+        except Exception:  # each request alone says what is wrong
+            return None
+        try:
+            futures = self._server.infer_carried_async(carried)
+        except Exception as error:  # the server failed them together: each is answered with the error
+            return [error] * len(members)
+        if futures is None:
+            return None
+        return [StartedInfer(future, first.classes, None) for future in futures]
+
     def _lease(self, leases: list[SharedMemoryLease]) -> SharedMemoryLease:
         if not leases:
             leases.append(self._shared_memory.lease())
@@ -400,6 +474,33 @@ class DecodedInfer(NamedTuple):
     lease: SharedMemoryLease | None
     decoupled: bool
     options: RequestParameters
+
+
+class StartedInfer(NamedTuple):
+    """A queued ``ModelInfer`` request: the future of its response, its classification counts, and
+    the shared-memory lease to release once its response is encoded (None without one)."""
+
+    future: Future
+    classes: dict[str, int]
+    lease: SharedMemoryLease | None
+
+
+def _joinable_signature(message: pb.ModelInferRequest) -> tuple | None:
+    """What ``ModelInfer`` requests decoded together share (see
+    :meth:`GrpcServicer.start_infer_burst`), or None when ``message`` is read alone."""
+    inputs = message.inputs
+    if message.parameters or not inputs or len(message.raw_input_contents) != len(inputs):
+        return None
+    signature: list[Any] = [message.model_name, message.model_version]
+    for tensor in inputs:
+        if tensor.parameters or tensor.HasField("contents") or not tensor.shape:
+            return None
+        signature.append((tensor.name, tensor.datatype, *tensor.shape))
+    for output in message.outputs:
+        if output.parameters:
+            return None
+        signature.append(output.name)
+    return tuple(signature)
 
 
 def _stream_error(request: pb.ModelInferRequest, error: BaseException) -> pb.ModelStreamInferResponse:
