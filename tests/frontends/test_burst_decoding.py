@@ -224,6 +224,8 @@ BAD_OR_ODD: list[Item] = [
     ("pipe", body(26, rows=65)),  # over the ensemble's max_batch_size, alone
     ("pipe", body(27, rows=65)),
     ("pipe", body(28)),
+    ("pipe", body(29, inputs=[body(29)["inputs"][0], body(29, rows=2)["inputs"][1]])),  # batch 1 and 2
+    ("pipe", body(30, inputs=[body(30)["inputs"][0], body(30, rows=2)["inputs"][1]])),
 ]
 
 
@@ -351,6 +353,8 @@ def test_grpc_every_request_of_a_mixed_burst_is_answered_and_counted_as_alone(se
         message("pipe", 15, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="Z")]),
         message("pipe", 16, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="W")]),  # unknown
         message("pipe", 17, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="W")]),
+        two_rows_of_x(18),  # X of 2 rows, LABEL of 1: refused alone
+        two_rows_of_x(19),
     ]
     together = grpc_answer(servicer, server, messages, together=True)
     counted = successes(server, "pipe")
@@ -361,6 +365,13 @@ def test_grpc_every_request_of_a_mixed_burst_is_answered_and_counted_as_alone(se
     assert together[1][0] != "OK" and "negative input in request r-2" in together[1][1]
     assert [status for status, _ in together].count("OK") == 9
     assert successes(server, "pipe") == (2 * counted[0], 2 * counted[1])
+
+
+def two_rows_of_x(i: int) -> pb.ModelInferRequest:
+    odd = message("pipe", i)
+    odd.inputs[0].shape[:] = [2, 2]
+    odd.raw_input_contents[0] = np.zeros((2, 2), np.float32).tobytes()
+    return odd
 
 
 def _two_labels_for_one() -> pb.ModelInferRequest:
@@ -386,3 +397,15 @@ def test_grpc_a_burst_with_a_malformed_buffer_is_read_one_by_one(tmp_path, monke
         assert taken == []
         assert together == grpc_answer(servicer, server, messages, together=False)
         assert [status for status, _ in together] == ["OK", "OK", "INVALID_ARGUMENT"]
+
+
+def test_a_string_over_max_string_bytes_in_a_burst_is_refused_as_alone(tmp_path, monkeypatch):
+    with start(write_repository(tmp_path), max_string_bytes=4) as server:
+        app = app_of(server)
+        taken = taken_groups(server, monkeypatch)
+        long_label = body(2, inputs=[body(2)["inputs"][0], {**body(2)["inputs"][1], "data": ["longer"]}])
+        items: list[Item] = [("pipe", body(1)), ("pipe", long_label), ("pipe", body(3))]
+        together = answer(app, server, items, together=True)
+        assert taken == []  # one of them is refused alone: the group is read one by one
+        assert together == answer(app, server, items, together=False)
+        assert [status for status, _ in together] == [200, 400, 200]

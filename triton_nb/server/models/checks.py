@@ -140,6 +140,10 @@ def check_carried_request(target: CheckedVersion, request: InferRequest, live_ma
     rows = max(request.carried_rows)
     if min(request.carried_rows) < 1:
         raise InvalidArgumentError(f"model '{target.name}': a carried request has no rows")
+    total = sum(request.carried_rows)
+    if any(array.shape[:1] != (total,) for array in request.inputs.values()):
+        # inputs whose batch sizes differ within a request: refused alone, in its own words
+        raise InvalidArgumentError(f"model '{target.name}': the carried inputs do not all hold {total} rows")
     first = InferRequest(model_name=request.model_name,
                          inputs={name: array[:rows] for name, array in request.inputs.items()},
                          requested_outputs=request.requested_outputs, request_id=request.carried_request_ids[0])
