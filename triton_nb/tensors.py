@@ -140,6 +140,21 @@ class InferRequest:
         """How many requests this one counts as in the statistics (more than 1 when carried)."""
         return len(self.carried_rows) or 1
 
+    def carried_apart(self) -> list[InferRequest]:
+        """The requests whose rows this one carries (``carried_rows``), in order: each with its own
+        rows (views of these inputs) and its own id, and everything else of this one."""
+        ids = self.carried_request_ids or (self.request_id,) * len(self.carried_rows)
+        apart, start = [], 0
+        for rows, request_id in zip(self.carried_rows, ids, strict=True):
+            end = start + rows
+            apart.append(InferRequest(
+                model_name=self.model_name, inputs={name: array[start:end] for name, array in self.inputs.items()},
+                model_version=self.model_version, requested_outputs=self.requested_outputs, request_id=request_id,
+                parameters=self.parameters, priority=self.priority, timeout_microseconds=self.timeout_microseconds,
+                arrival_ns=self.arrival_ns, cancelled=self.cancelled))
+            start = end
+        return apart
+
     def batch_size(self, batching: bool) -> int:
         """Rows this request adds to a batch: the first dim of its inputs, or 1 without batching."""
         if not batching or not self.inputs:

@@ -124,28 +124,13 @@ def execute_apart(requests: list[InferRequest],
     spans: list[tuple[int, int]] = []
     for request in requests:
         first = len(apart)
-        apart.extend(_carried_apart(request) if request.carried_rows else (request,))
+        apart.extend(request.carried_apart() if request.carried_rows else (request,))
         spans.append((first, len(apart)))
     responses = execute(apart)
     if responses is None:  # (a decoupled model never takes carried requests)
         return None
     return [responses[first] if not request.carried_rows else _joined(request, responses[first:end])
             for request, (first, end) in zip(requests, spans, strict=True)]
-
-
-def _carried_apart(request: InferRequest) -> list[InferRequest]:
-    """The requests whose rows ``request`` carries, each with its rows (views) and its own id."""
-    ids = request.carried_request_ids or (request.request_id,) * len(request.carried_rows)
-    apart, start = [], 0
-    for rows, request_id in zip(request.carried_rows, ids, strict=True):
-        inputs = {name: array[start:start + rows] for name, array in request.inputs.items()}
-        apart.append(InferRequest(
-            model_name=request.model_name, inputs=inputs, model_version=request.model_version,
-            requested_outputs=request.requested_outputs, request_id=request_id,
-            parameters=request.parameters, priority=request.priority, timeout_microseconds=request.timeout_microseconds,
-            arrival_ns=request.arrival_ns, cancelled=request.cancelled))
-        start += rows
-    return apart
 
 
 def _joined(request: InferRequest, parts: list[InferResponse]) -> InferResponse:

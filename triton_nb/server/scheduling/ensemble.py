@@ -258,16 +258,7 @@ class EnsembleScheduler:
         ensemble requests: one future each, each counted, answered or failed alone. Their first
         step is submitted with the joined inputs as they are, as one carried request where its
         model takes one, without joining them again."""
-        runs, start = [], 0
-        for rows, request_id in zip(request.carried_rows, request.carried_request_ids, strict=True):
-            end = start + rows
-            one = InferRequest(
-                model_name=request.model_name, model_version=request.model_version,
-                inputs={name: array[start:end] for name, array in request.inputs.items()},
-                requested_outputs=request.requested_outputs, request_id=request_id, priority=request.priority,
-                timeout_microseconds=request.timeout_microseconds, arrival_ns=request.arrival_ns)
-            runs.append(_ChainRun(one, ResponseFuture(), True))
-            start = end
+        runs = [_ChainRun(one, ResponseFuture(), True) for one in request.carried_apart()]
         if self.stats is not None:
             self.stats.pending_add(len(runs))
         self._chain_send(0, runs, request.inputs)

@@ -32,17 +32,13 @@ Inference requests are read into :class:`~triton_nb.tensors.InferRequest` with
 from __future__ import annotations
 
 import asyncio
-import base64
-import gzip
 import json
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
-from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_nb.errors import (
     ForbiddenError,
@@ -52,9 +48,19 @@ from triton_nb.errors import (
     PayloadTooLargeError,
     TritonNBError,
     UnavailableError,
-    UnsupportedEncodingError,
     wire_message,
     wire_status,
+)
+from triton_nb.server.frontends.http.wire import (
+    api_group,
+    compress_body,
+    decompress_body,
+    dumps_json,
+    joinable_signature,
+    json_header_length,
+    load_parameters,
+    raw_request,
+    tensor_region,
 )
 from triton_nb.server.frontends.protocol import (
     SERVER_NAME,
@@ -69,9 +75,9 @@ from triton_nb.server.frontends.protocol import (
     server_metadata,
 )
 from triton_nb.server.frontends.request_codec import infer_request, parse_parameters, parse_version
-from triton_nb.server.frontends.shared_memory import SHM_PARAMETERS, SharedMemoryLease, TensorRegion, registry_of
+from triton_nb.server.frontends.shared_memory import SharedMemoryLease, registry_of
 from triton_nb.server.observability.logs import LogSettings
-from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype, triton_to_numpy_dtype
+from triton_nb.tensors import InferRequest, InferResponse, numpy_to_triton_dtype
 
 if TYPE_CHECKING:
     from triton_nb.server.service import InferenceService
@@ -145,8 +151,10 @@ class _InferCall:
                                       self._classes, self._leases[0] if self._leases else None)
         finally:
             self.release()
-        if self._accept and reply.body:
-            reply = _compress(reply, self._accept)
+        compressed = compress_body(reply.body, self._accept) if self._accept and reply.body else None
+        if compressed is not None:
+            # the binary split point stays the length of the uncompressed JSON header, as Triton sends it
+            reply = _Reply(reply.status, compressed[0], [*reply.headers, (b"content-encoding", compressed[1])])
         return reply
 
 
@@ -197,7 +205,7 @@ class HttpApp:
 
     # ------------------------------------------------------------------ routing
     def _check_restricted(self, scope: dict[str, Any]) -> None:
-        self.check_restricted(_api_group(scope["path"].removeprefix("/").split("/")), scope)
+        self.check_restricted(api_group(scope["path"].removeprefix("/").split("/")), scope)
 
     def check_restricted(self, group: str | None, scope: dict[str, Any]) -> None:
         """Refuse a request to a restricted API group (Triton's names) without its header; the
@@ -295,7 +303,7 @@ class HttpApp:
             self._server.check_network_model_control(model, rest[2])
             loop = asyncio.get_running_loop()
             if rest[2] == "load":
-                config, files = _load_parameters(model, parameters)
+                config, files = load_parameters(model, parameters)
                 # loading runs a model's initialize(): seconds, so off the front ends' loop
                 await loop.run_in_executor(None, lambda: self._server.load_model(
                     model, config=config, files=files))
@@ -377,7 +385,7 @@ class HttpApp:
         """The body as sent, or decompressed as its ``Content-Encoding`` says."""
         encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.strip().lower() != b"identity":
-            return _decompress(body, encoding.strip().lower(), self._limits.max_request_bytes)
+            return decompress_body(body, encoding.strip().lower(), self._limits.max_request_bytes)
         return body
 
     @staticmethod
@@ -454,12 +462,12 @@ class HttpApp:
                      header_length: HeaderLength | None, document: Any = None) -> _InferCall:
         """``document``: the body's JSON, where the caller has parsed it already (an all-JSON body)."""
         kserve = header_length is None  # KServe v2's own route: its header and compression
-        split = (header_length or _header_length)(model, headers, len(body))
+        split = (header_length or json_header_length)(model, headers, len(body))
         leases: list[SharedMemoryLease] = []  # filled only by a request that uses shared memory
         try:
             if split == 0:  # a raw binary request: the body is the model's only input, as Triton reads it,
                 # answered with binary outputs, as Triton answers it
-                request, binary_outputs, classes = _raw_request(model, version, config, body), (True, {}), {}
+                request, binary_outputs, classes = raw_request(model, version, config, body), (True, {}), {}
             else:
                 if split is None:
                     binary = memoryview(b"")
@@ -501,7 +509,7 @@ class HttpApp:
             if headers.get(b"inference-header-content-length") is None and b"content-encoding" not in headers:
                 try:
                     document = orjson.loads(body)
-                    key = _joinable_signature(model, version_text, document)
+                    key = joinable_signature(model, version_text, document)
                     if key is not None:
                         groups.setdefault(key, []).append((position, document, headers))
                         continue
@@ -525,7 +533,7 @@ class HttpApp:
 
     def _begin_joined(self, model: str, version_text: str, members: list[tuple[int, Any, dict[bytes, bytes]]],
                       calls: list[Any]) -> bool:
-        """Queue a group of :func:`_joinable_signature` as one carried request and put each one's
+        """Queue a group of :func:`joinable_signature` as one carried request and put each one's
         call in ``calls``; False, with nothing queued, where it is not taken so."""
         documents = [document for _, document, _ in members]
         try:
@@ -612,7 +620,7 @@ class HttpApp:
                         + (" 'binary_data_size'" if "binary_data_size" in parameters else "")
                         + " 'shared_memory_region'")
                 arrays[name] = self._lease(leases).read_input(model, name, datatype, shape,
-                                                              _tensor_region(parameters))
+                                                              tensor_region(parameters))
                 continue
             size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
             if size is not None:
@@ -656,7 +664,7 @@ class HttpApp:
                         raise InvalidArgumentError("Output can't set both 'shared_memory_region' and 'classification'")
                     if options.get("binary_data") is True:
                         raise InvalidArgumentError("Output can't set both 'shared_memory_region' and 'binary_data'")
-                    self._lease(leases).bind_output(name, _tensor_region(options))
+                    self._lease(leases).bind_output(name, tensor_region(options))
                     continue
                 binary_outputs[name] = options.get("binary_data", binary_default) is True
                 if options.get("classification") is not None:
@@ -698,184 +706,13 @@ class HttpApp:
         if response.parameters:
             document["parameters"] = response.parameters
         document["outputs"] = outputs
-        header = _dumps(document, non_finite)
+        header = dumps_json(document, non_finite)
         if not buffers:
             return _Reply(200, header)
         return _Reply(200, header + b"".join(buffers), [
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(len(header)).encode()),
         ])
-
-
-_JOINABLE_INPUT = frozenset(("name", "datatype", "shape", "data"))
-_ALONE = ("id", "inputs")  # what may differ between requests decoded together
-
-
-def _joinable_signature(model: str, version_text: str, document: Any) -> tuple | None:
-    """What requests decoded together share (see :meth:`HttpApp.begin_infer_burst`), or None when
-    ``document`` is read alone: every input given as ``name``, ``datatype``, ``shape`` and ``data``
-    (a list of the shape's element count), an ``id`` that is text, and the rest of the document
-    compared whole."""
-    if type(document) is not dict or type(document.get("id", "")) is not str:
-        return None
-    inputs = document.get("inputs")
-    if type(inputs) is not list or not inputs:
-        return None
-    signature: list[Any] = [model, version_text]
-    for entry in inputs:
-        if type(entry) is not dict or entry.keys() != _JOINABLE_INPUT:
-            return None
-        shape, data = entry["shape"], entry["data"]
-        if type(shape) is not list or type(data) is not list:
-            return None
-        count = 1
-        for dim in shape:
-            if type(dim) is not int:  # bool too: True == 1 would join a request that alone is refused
-                return None
-            count *= dim
-        if len(data) != count:
-            return None
-        signature.append((entry["name"], entry["datatype"], *shape))
-    if len(document) > 1 + ("id" in document):
-        signature.append(orjson.dumps({key: value for key, value in document.items() if key not in _ALONE},
-                                      option=orjson.OPT_SORT_KEYS))
-    return tuple(signature)
-
-
-def _header_length(model: str, headers: dict[bytes, bytes], body_bytes: int) -> int | None:
-    """The JSON header's size from ``Inference-Header-Content-Length``; None without the header."""
-    header_length = headers.get(b"inference-header-content-length")
-    if header_length is None:
-        return None
-    if not header_length.strip().isdigit():
-        raise InvalidArgumentError(
-            f"model '{model}': Inference-Header-Content-Length must be a whole number of bytes >= 0, got "
-            f"{header_length.decode(errors='replace')!r}")
-    if int(header_length) > body_bytes:
-        raise InvalidArgumentError(
-            f"model '{model}': Inference-Header-Content-Length {int(header_length)} is larger than the "
-            f"body ({body_bytes} bytes)")
-    return int(header_length)
-
-
-def _raw_request(model: str, version: int | None, config: Any, body: bytes) -> InferRequest:
-    """A raw binary request (a JSON header of 0 bytes): the whole body is the model's only input,
-    one batch row of the config's shape, as Triton reads it."""
-    if len(config.input) != 1:
-        raise InvalidArgumentError(f"Raw request must only have 1 input (found 1) to be deduced but got "
-                                   f"{len(config.input)} inputs in '{model}' model configuration")
-    spec = config.input[0]
-    shape = ([1] if config.max_batch_size > 0 else []) + list(spec.dims)
-    dtype = triton_to_numpy_dtype(mc.DataType.Name(spec.data_type))
-    if dtype.kind == "O":  # the body is one element
-        array = np.empty(1, dtype=object)
-        array[0] = bytes(body)
-        return InferRequest(model, {spec.name: array.reshape([1] * max(len(shape), 1))},
-                            model_version=-1 if version is None else version)
-    if shape.count(-1) == 1:  # one variable dim: as many as the body holds
-        row_bytes = int(np.prod([d for d in shape if d != -1])) * dtype.itemsize
-        if row_bytes and len(body) % row_bytes == 0:
-            shape[shape.index(-1)] = len(body) // row_bytes
-    expected = int(np.prod(shape)) * dtype.itemsize
-    if -1 in shape or len(body) != expected:
-        raise InvalidArgumentError(f"input byte size mismatch for input '{spec.name}' for model '{model}'. "
-                                   f"Expected {'a whole number of rows' if -1 in shape else expected}, got "
-                                   f"{len(body)}")
-    array = np.frombuffer(body, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False)
-    return InferRequest(model, {spec.name: array.reshape(shape)}, model_version=-1 if version is None else version)
-
-
-def _api_group(parts: list[str]) -> str | None:
-    """The API group of a path (Triton's names), for restricted APIs; None for no route."""
-    if not parts or parts[0] != "v2":
-        return None
-    rest = parts[1:]
-    if not rest:
-        return "metadata"
-    head = rest[0]
-    if head == "models":
-        if rest[1:] == ["stats"]:
-            return "statistics"
-        tail = rest[2:]
-        if len(tail) >= 2 and tail[0] == "versions":
-            tail = tail[2:]
-        action = tail[0] if tail else ""
-        return {"": "metadata", "ready": "health", "config": "model-config", "infer": "inference",
-                "stats": "statistics"}.get(action)
-    return {"health": "health", "repository": "model-repository", "logging": "logging", "trace": "trace",
-            "systemsharedmemory": "shared-memory", "cudasharedmemory": "shared-memory"}.get(head)
-
-
-def _tensor_region(parameters: dict[str, Any]) -> TensorRegion:
-    """A tensor's ``shared_memory_*`` parameters; a missing offset is 0 and a missing size 0 (which
-    the region then refuses), as Triton reads them."""
-    region = parameters["shared_memory_region"]
-    if not isinstance(region, str):
-        raise InvalidArgumentError(f"Unable to parse 'shared_memory_region': expected a string, got {region!r}")
-    numbers = []
-    for key in SHM_PARAMETERS[1:]:
-        value = parameters.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgumentError(f"Unable to parse '{key}': expected a whole number >= 0, got {value!r} "
-                                       f"(region '{region}')")
-        numbers.append(value)
-    return TensorRegion(region, numbers[0], numbers[1])
-
-
-def _dumps(document: dict[str, Any], non_finite: bool) -> bytes:
-    """Compact JSON; with NaN or infinities in the data, written as ``NaN``/``Infinity`` as
-    Triton writes them (orjson would write null)."""
-    if non_finite:
-        return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return orjson.dumps(document)
-
-
-def _load_parameters(model: str, parameters: dict[str, Any]) -> tuple[Any, dict[str, bytes] | None]:
-    config = parameters.get("config")
-    if config is not None and not isinstance(config, (str, dict)):
-        raise InvalidArgumentError(f"model '{model}': load parameter 'config' must be a JSON string")
-    files: dict[str, bytes] = {}
-    for key, value in parameters.items():
-        if not key.startswith("file:"):
-            continue
-        if not isinstance(value, str):
-            raise InvalidArgumentError(f"model '{model}': file override '{key}' must be base64 text")
-        try:
-            files[key] = base64.b64decode(value, validate=True)
-        except ValueError:
-            raise InvalidArgumentError(f"model '{model}': file override '{key}' is not valid base64") from None
-    return config, files or None
-
-
-def _decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
-    if encoding == b"gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == b"deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise UnsupportedEncodingError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}' "
-                                   f"(gzip, deflate or identity)")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        # bounded: a small compressed body must not inflate past the limit (a "zip bomb")
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidArgumentError(f"the {encoding.decode()} request body does not decompress: {exc}") from None
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLargeError(f"the decompressed request body is over the limit of {limit} bytes")
-    return data
-
-
-def _compress(reply: _Reply, accept: bytes) -> _Reply:
-    accepted = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
-    if b"gzip" in accepted:
-        body, name = gzip.compress(reply.body, compresslevel=6), b"gzip"
-    elif b"deflate" in accepted:
-        body, name = zlib.compress(reply.body), b"deflate"
-    else:
-        return reply
-    # the binary split point stays the length of the uncompressed JSON header, as Triton sends it
-    return _Reply(reply.status, body, [*reply.headers, (b"content-encoding", name)])
 
 
 class MetricsApp:
